@@ -1,0 +1,32 @@
+# ctxadmin — the two commands: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint schema clean-var
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+## Start the whole service on its embedded default (PostgreSQL+pgvector, Redis, Celery, gunicorn).
+run: $(STAMP)
+	$(BIN)/python manage.py run
+
+## Install what is needed, start what is needed, run every test.
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+## Regenerate the committed OpenAPI snapshot (docs/openapi.yaml).
+schema: $(STAMP)
+	$(BIN)/python manage.py spectacular --file docs/openapi.yaml --validate
+
+## Remove the embedded database and all local state (asks no question: use with care).
+clean-var:
+	rm -rf var

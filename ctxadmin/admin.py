@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, Q
+from django.template.response import TemplateResponse
+
+from ctxadmin.models import SCOPES, ApiKey, App
+from ctxadmin.services import create_api_key, revoke_api_keys
+
+admin.site.site_header = "ctxadmin"
+admin.site.site_title = "ctxadmin console"
+admin.site.index_title = "Operations"
+
+
+@admin.register(App)
+class AppAdmin(admin.ModelAdmin):
+    list_display = ["name", "display_name", "active_keys", "created_at"]
+    search_fields = ["name"]
+    readonly_fields = ["created_at", "updated_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # The name is in every URL and key binding: fixed once created.
+        return [*self.readonly_fields, "name"] if obj else self.readonly_fields
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_active_keys=Count("api_keys", filter=Q(api_keys__revoked_at__isnull=True)))
+        )
+
+    @admin.display(description="active keys", ordering="_active_keys")
+    def active_keys(self, obj):
+        return obj._active_keys
+
+
+class ApiKeyCreateForm(forms.ModelForm):
+    scopes = forms.MultipleChoiceField(
+        choices=[(scope, scope) for scope in SCOPES], widget=forms.CheckboxSelectMultiple
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ["app", "name", "scopes"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "app", "name", "scope_list", "state", "created_at", "last_used_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "app"]
+    list_select_related = ["app"]
+    search_fields = ["prefix", "name", "app__name"]
+    actions = ["revoke"]
+    readonly_fields = [
+        "app",
+        "name",
+        "prefix",
+        "scopes",
+        "created_at",
+        "created_by",
+        "revoked_at",
+        "last_used_at",
+    ]
+    show_full_result_count = False
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = ApiKeyCreateForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields if obj else []
+
+    def get_fields(self, request, obj=None):
+        return ["app", "name", "scopes"] if obj is None else self.readonly_fields
+
+    def has_change_permission(self, request, obj=None):
+        # Keys are immutable; the change page is a read-only view (revoke is an action).
+        return False if obj is not None else super().has_change_permission(request, obj)
+
+    def save_model(self, request, obj, form, change):
+        key, raw = create_api_key(
+            form.cleaned_data["app"],
+            form.cleaned_data["scopes"],
+            name=form.cleaned_data.get("name", ""),
+            created_by=request.user,
+        )
+        obj.__dict__.update(key.__dict__)
+        obj._created_secret = raw
+
+    def response_add(self, request, obj, post_url_continue=None):
+        # The secret is rendered into this one response and kept nowhere else.
+        raw = obj.__dict__.pop("_created_secret")
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "key": obj,
+            "secret": raw,
+            "title": "API key created",
+        }
+        response = TemplateResponse(request, "admin/ctxadmin/apikey/created.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Revoke selected API keys", permissions=["revoke"])
+    def revoke(self, request, queryset):
+        count = revoke_api_keys(queryset)
+        self.message_user(request, f"Revoked {count} API key(s).", messages.SUCCESS)
+
+    def has_revoke_permission(self, request):
+        return request.user.has_perm("ctxadmin.change_apikey")
+
+    @admin.display(description="scopes")
+    def scope_list(self, obj):
+        return ", ".join(obj.scopes)
+
+    @admin.display(description="state", ordering="revoked_at")
+    def state(self, obj):
+        return "active" if obj.revoked_at is None else "revoked"

@@ -1,0 +1,148 @@
+"""The one error envelope: ``{"error": {"code", "message", "details"}}``.
+
+Every error the API returns goes through ``exception_handler`` (DRF) or ``error_response``
+(Django-level 404/500 and middleware), with a stable machine ``code``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+logger = logging.getLogger("ctxadmin.api")
+
+
+class ApiError(exceptions.APIException):
+    """A domain error with a stable code, a human message and structured details."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "bad_request"
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status_code: int | None = None,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(detail=message, code=code)
+        self.code = code
+        self.message = message
+        if status_code is not None:
+            self.status_code = status_code
+        self.details = details or {}
+        self.headers = headers or {}
+
+
+def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> dict:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def error_response(
+    status_code: int, code: str, message: str, details: dict[str, Any] | None = None
+) -> JsonResponse:
+    return JsonResponse(envelope(code, message, details), status=status_code)
+
+
+def _flatten(detail: Any) -> Any:
+    """DRF ErrorDetail trees → plain JSON (strings, lists, dicts)."""
+    if isinstance(detail, dict):
+        return {str(key): _flatten(value) for key, value in detail.items()}
+    if isinstance(detail, list | tuple):
+        return [_flatten(item) for item in detail]
+    return str(detail)
+
+
+def _first_field_message(detail: Any, path: str = "") -> tuple[str, str]:
+    if isinstance(detail, dict) and detail:
+        key, value = next(iter(detail.items()))
+        child = key if not path else f"{path}.{key}"
+        if key == "non_field_errors":
+            child = path
+        return _first_field_message(value, child)
+    if isinstance(detail, list) and detail:
+        first = detail[0]
+        if isinstance(first, dict | list):
+            # A list of nested objects: point at the first failing index.
+            for index, item in enumerate(detail):
+                if item:
+                    return _first_field_message(item, f"{path}[{index}]")
+        return path, str(first)
+    return path, str(detail)
+
+
+_SIMPLE = {
+    exceptions.NotAuthenticated: ("not_authenticated", None),
+    exceptions.AuthenticationFailed: ("authentication_failed", None),
+    exceptions.PermissionDenied: ("permission_denied", None),
+    exceptions.NotFound: ("not_found", "Not found."),
+    exceptions.MethodNotAllowed: ("method_not_allowed", None),
+    exceptions.NotAcceptable: ("not_acceptable", None),
+    exceptions.UnsupportedMediaType: ("unsupported_media_type", None),
+    exceptions.ParseError: ("malformed_json", None),
+}
+
+
+def exception_handler(exc: Exception, context: dict) -> Response:
+    headers: dict[str, str] = {}
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        exc = request_too_large_error()
+
+    if isinstance(exc, ApiError):
+        body = envelope(exc.code, exc.message, exc.details)
+        headers.update(exc.headers)
+    elif isinstance(exc, exceptions.ValidationError):
+        field, message = _first_field_message(exc.detail)
+        text = f"{field}: {message}" if field else message
+        body = envelope("validation_error", text, {"fields": _flatten(exc.detail)})
+    elif isinstance(exc, exceptions.Throttled):
+        body = envelope("throttled", "Too many requests.", {"retry_after_seconds": exc.wait})
+    elif isinstance(exc, exceptions.APIException):
+        code, message = "error", None
+        for kind, (kind_code, kind_message) in _SIMPLE.items():
+            if isinstance(exc, kind):
+                code, message = kind_code, kind_message
+                break
+        body = envelope(code, message or str(exc.detail))
+    else:
+        view = context.get("view")
+        logger.error(
+            "unhandled_api_error",
+            extra={"view": type(view).__name__ if view else None, "error": type(exc).__name__},
+            exc_info=exc,
+        )
+        return Response(
+            envelope("internal_error", "The server could not complete the request."),
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
+
+    if isinstance(exc, exceptions.APIException):
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = exc.auth_header
+        if getattr(exc, "wait", None):
+            headers["Retry-After"] = str(int(exc.wait))
+    return Response(body, status=exc.status_code, headers=headers)
+
+
+def request_too_large_error(limit: int | None = None) -> ApiError:
+    from django.conf import settings
+
+    limit = limit or settings.CTXADMIN_MAX_BODY_BYTES
+    return ApiError(
+        "request_too_large",
+        f"The request body exceeds the limit of {limit} bytes.",
+        status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        details={"limit_bytes": limit},
+    )

@@ -1,0 +1,45 @@
+"""Path segment rules for ``{app}``, ``{user}`` and ``{sid}`` (pure; no Django import).
+
+App names are slugs. User and session ids are client strings restricted to a safe charset:
+they start with a letter or digit (so ``.``/``..`` and leading separators are impossible),
+and carry no slash, whitespace, control or non-ASCII character (no unicode look-alikes).
+"""
+
+from __future__ import annotations
+
+import re
+
+APP_NAME_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}"
+MAX_ID_LENGTH = 128
+
+_RULES = {
+    "app": (re.compile(rf"^{APP_NAME_PATTERN}\Z"), "1-63 lowercase letters, digits and '-'"),
+    "user": (
+        re.compile(rf"^{ID_PATTERN}\Z"),
+        "1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit",
+    ),
+    "sid": (
+        re.compile(rf"^{ID_PATTERN}\Z"),
+        "1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit",
+    ),
+    "prefix": (re.compile(r"^[a-z0-9]{10}\Z"), "the 10-character prefix of an API key"),
+}
+PATH_PARAMETERS = tuple(_RULES)
+#: name -> (regular expression, description), for the OpenAPI schema.
+PATH_PARAMETER_RULES = {name: (rule[0].pattern, rule[1]) for name, rule in _RULES.items()}
+
+
+def path_segment_error(name: str, value: str) -> str | None:
+    """The reason ``value`` is not a valid ``name`` segment, or None when it is valid."""
+    rule = _RULES.get(name)
+    if rule is None:
+        return None
+    pattern, description = rule
+    if pattern.match(value):
+        return None
+    return f"{name} must be {description}"
+
+
+def is_valid_id(value: str) -> bool:
+    return path_segment_error("user", value) is None

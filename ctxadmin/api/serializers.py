@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rest_framework import serializers
+
+
+class StrictSerializer(serializers.Serializer):
+    """An input serializer that rejects keys it does not declare (at every nesting level
+    where nested serializers are StrictSerializers too)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+        return super().to_internal_value(data)

@@ -1,0 +1,72 @@
+"""The scoped base view every tenant endpoint is built on.
+
+It authenticates the API key, resolves ``{app}`` from the URL against the key's app (another
+app answers 404, exactly like a missing one), validates the other path segments, checks the
+key's scope for the method, rejects unknown query parameters, and hands subclasses only
+querysets already filtered by app (and by user where the URL has ``{user}``). Subclasses
+cannot override ``get_queryset``: the class refuses to be defined if they try.
+"""
+
+from __future__ import annotations
+
+from rest_framework import exceptions
+from rest_framework.generics import GenericAPIView
+
+from ctxadmin.api.errors import ApiError
+from ctxadmin.api.paths import path_segment_error
+from ctxadmin.models import ApiKey, App
+
+
+class AppScopedView(GenericAPIView):
+    #: The scope a key needs, per HTTP method (``"*"`` for any method); None needs no scope.
+    required_scopes: dict[str, str | None] = {}
+    #: Query parameters this endpoint understands; anything else is a 400.
+    allowed_query_params: frozenset[str] = frozenset()
+    #: Field paths from the model to its app and to its user id.
+    app_field: str = "app"
+    user_field: str | None = "user_id"
+
+    tenant: App
+    user_id: str | None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "get_queryset" in cls.__dict__:
+            raise TypeError(
+                f"{cls.__name__} overrides get_queryset; narrow with filter_scoped() instead "
+                "so the app/user scope cannot be bypassed"
+            )
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)  # authentication and IsAuthenticated
+        key = request.auth
+        if not isinstance(key, ApiKey):
+            raise exceptions.NotAuthenticated()
+        if key.app.name != kwargs.get("app"):
+            raise exceptions.NotFound()
+        for name, value in kwargs.items():
+            problem = path_segment_error(name, value)
+            if problem:
+                raise ApiError("invalid_path_parameter", problem, details={"parameter": name})
+        scope = self.required_scopes.get(request.method, self.required_scopes.get("*"))
+        if scope is not None and not key.has_scope(scope):
+            raise exceptions.PermissionDenied(f"This API key does not have the '{scope}' scope.")
+        unknown = sorted(set(request.query_params) - self.allowed_query_params)
+        if unknown:
+            raise ApiError(
+                "unknown_parameter",
+                f"unknown query parameter {unknown[0]!r}",
+                details={"unknown": unknown, "allowed": sorted(self.allowed_query_params)},
+            )
+        self.tenant = key.app
+        self.user_id = kwargs.get("user")
+
+    def get_queryset(self):
+        queryset = super().get_queryset().filter(**{self.app_field: self.tenant})
+        if self.user_id is not None and self.user_field:
+            queryset = queryset.filter(**{self.user_field: self.user_id})
+        return self.filter_scoped(queryset)
+
+    def filter_scoped(self, queryset):
+        """Narrow the already scoped queryset further (e.g. by session)."""
+        return queryset

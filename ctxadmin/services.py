@@ -1,0 +1,80 @@
+"""Writes for tenancy: apps and API keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ctxadmin.keys import generate_key, hash_key
+from ctxadmin.models import SCOPES, ApiKey, App
+
+
+def create_app(name: str, display_name: str = "") -> App:
+    app = App(name=name, display_name=display_name)
+    app.full_clean()
+    app.save()
+    return app
+
+
+def update_app(app: App, **changes) -> App:
+    for field, value in changes.items():
+        setattr(app, field, value)
+    app.full_clean()
+    app.save(update_fields=[*changes, "updated_at"])
+    return app
+
+
+def normalise_scopes(scopes: Iterable[str]) -> list[str]:
+    chosen = sorted(set(scopes))
+    unknown = [scope for scope in chosen if scope not in SCOPES]
+    if unknown:
+        raise ValidationError({"scopes": f"unknown scope(s) {unknown}; choose from {list(SCOPES)}"})
+    if not chosen:
+        raise ValidationError({"scopes": f"choose at least one of {list(SCOPES)}"})
+    return chosen
+
+
+def create_api_key(
+    app: App, scopes: Iterable[str], name: str = "", created_by=None
+) -> tuple[ApiKey, str]:
+    """Create a key and return it with its secret, which is never retrievable again."""
+    chosen = normalise_scopes(scopes)
+    for _attempt in range(5):
+        prefix, raw = generate_key()
+        try:
+            with transaction.atomic():
+                key = ApiKey.objects.create(
+                    app=app,
+                    name=name,
+                    prefix=prefix,
+                    key_hash=hash_key(raw),
+                    scopes=chosen,
+                    created_by=created_by,
+                )
+            return key, raw
+        except IntegrityError:  # a prefix collision: draw again
+            continue
+    raise RuntimeError("could not allocate a unique API key prefix")
+
+
+def revoke_api_keys(keys) -> int:
+    """Revoke the given keys (a queryset); already revoked ones keep their time."""
+    return keys.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def touch_api_key(key: ApiKey) -> None:
+    """Record use at most once per ``CTXADMIN_API_KEY_TOUCH_SECONDS`` per key: a conditional
+    UPDATE, so concurrent requests do not pile up writes on the key row."""
+    now = timezone.now()
+    window = timedelta(seconds=settings.CTXADMIN_API_KEY_TOUCH_SECONDS)
+    if key.last_used_at is not None and now - key.last_used_at < window:
+        return
+    ApiKey.objects.filter(pk=key.pk).exclude(last_used_at__gte=now - window).update(
+        last_used_at=now
+    )
+    key.last_used_at = now

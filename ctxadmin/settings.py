@@ -1,0 +1,242 @@
+"""Django settings, read from the environment with strict parsing (see ``ctxadmin.env``).
+
+Without ``DATABASE_URL``/``REDIS_URL`` the settings point at the embedded stack that
+``manage.py run`` keeps in ``var/`` (its ``stack.json`` says where it answers), so management
+commands run beside ``make run`` reach the same database and Redis with no configuration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from ctxadmin import stack
+from ctxadmin.env import Env, parse_database_url, validate_redis_url
+
+env = Env()
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = stack.var_dir()
+_STACK_STATE = stack.read_state(VAR_DIR)
+
+# The key Django uses when none is configured: fine for a laptop, refused by a system check
+# (ctxadmin.E002) when DEBUG is off.
+INSECURE_DEFAULT_SECRET_KEY = "ctxadmin-insecure-development-key-do-not-deploy"  # noqa: S105
+
+DEBUG = env.bool("DEBUG", False)
+SECRET_KEY = env.secret("SECRET_KEY")
+if SECRET_KEY is None:
+    _generated = VAR_DIR / "secret_key"
+    SECRET_KEY = (
+        _generated.read_text(encoding="utf-8").strip()
+        if _generated.exists()
+        else INSECURE_DEFAULT_SECRET_KEY
+    )
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", [])
+
+# --------------------------------------------------------------------------- database
+
+_database_url = env.str("DATABASE_URL") or _STACK_STATE.get("database_url")
+if _database_url is None:
+    # The embedded stack has never run here; this is where it will listen once it does.
+    _database_url = f"postgres://postgres@127.0.0.1:{stack.DEFAULT_PG_PORT}/{stack.DEFAULT_DB_NAME}"
+_db = parse_database_url(_database_url)
+_db["OPTIONS"].setdefault(
+    "connect_timeout", str(env.int("CTXADMIN_DB_CONNECT_TIMEOUT", 5, minimum=1))
+)
+if env.bool("CTXADMIN_DB_POOL", True):
+    _db["OPTIONS"]["pool"] = {
+        "min_size": env.int("CTXADMIN_DB_POOL_MIN", 1, minimum=0),
+        "max_size": env.int("CTXADMIN_DB_POOL_MAX", 8, minimum=1),
+        "timeout": env.int("CTXADMIN_DB_POOL_TIMEOUT", 10, minimum=1),
+    }
+    if _db["OPTIONS"]["pool"]["min_size"] > _db["OPTIONS"]["pool"]["max_size"]:
+        raise ImproperlyConfigured("CTXADMIN_DB_POOL_MIN must not exceed CTXADMIN_DB_POOL_MAX")
+else:
+    _db["CONN_MAX_AGE"] = env.int("CTXADMIN_DB_CONN_MAX_AGE", 60, minimum=0)
+    _db["CONN_HEALTH_CHECKS"] = True
+_db["TEST"] = {"NAME": env.str("CTXADMIN_TEST_DB_NAME")}
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --------------------------------------------------------------------------- redis / celery
+
+REDIS_URL = validate_redis_url(
+    env.str("REDIS_URL") or _STACK_STATE.get("redis_url") or "redis://127.0.0.1:6379/0"
+)
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_TASK_DEFAULT_QUEUE = env.str("CTXADMIN_CELERY_QUEUE", "ctxadmin")
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_EXTENDED = False
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CTXADMIN_TASK_SOFT_TIME_LIMIT", 120, minimum=1)
+CELERY_TASK_TIME_LIMIT = env.int("CTXADMIN_TASK_TIME_LIMIT", 180, minimum=1)
+if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        "CTXADMIN_TASK_TIME_LIMIT must be greater than CTXADMIN_TASK_SOFT_TIME_LIMIT"
+    )
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # A task not acknowledged within this time is delivered again (acks_late + crash).
+    "visibility_timeout": env.int("CTXADMIN_BROKER_VISIBILITY_TIMEOUT", 3600, minimum=60),
+    # Publishing must not hang a web request when Redis is down: the rows are the truth.
+    "max_retries": 2,
+    "socket_connect_timeout": 2,
+    "socket_timeout": 5,
+}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_SEND_TASK_EVENTS = False
+
+# --------------------------------------------------------------------------- limits
+
+CTXADMIN_MAX_BODY_BYTES = env.int(
+    "CTXADMIN_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024, maximum=256 * 1024 * 1024
+)
+CTXADMIN_PAGE_SIZE = env.int("CTXADMIN_PAGE_SIZE", 50, minimum=1, maximum=1000)
+CTXADMIN_MAX_PAGE_SIZE = env.int("CTXADMIN_MAX_PAGE_SIZE", 200, minimum=1, maximum=1000)
+if CTXADMIN_PAGE_SIZE > CTXADMIN_MAX_PAGE_SIZE:
+    raise ImproperlyConfigured("CTXADMIN_PAGE_SIZE must not exceed CTXADMIN_MAX_PAGE_SIZE")
+CTXADMIN_MAX_JSON_DEPTH = env.int("CTXADMIN_MAX_JSON_DEPTH", 32, minimum=4, maximum=256)
+CTXADMIN_API_KEY_TOUCH_SECONDS = env.int("CTXADMIN_API_KEY_TOUCH_SECONDS", 60, minimum=1)
+CTXADMIN_METRICS_TOKEN = env.secret("CTXADMIN_METRICS_TOKEN")
+DATA_UPLOAD_MAX_MEMORY_SIZE = CTXADMIN_MAX_BODY_BYTES
+
+# --------------------------------------------------------------------------- Django
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "ctxadmin.apps.CtxadminConfig",
+    "sessions_app.apps.SessionsAppConfig",
+    "memory.apps.MemoryConfig",
+    "caching.apps.CachingConfig",
+]
+
+MIDDLEWARE = [
+    "ctxadmin.api.middleware.BodySizeLimitMiddleware",
+    "ctxadmin.telemetry.RequestMetricsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "ctxadmin.urls"
+WSGI_APPLICATION = "ctxadmin.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve straight from the apps' static folders when collectstatic has not run (tests, dev).
+WHITENOISE_USE_FINDERS = True
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env.bool("CTXADMIN_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# --------------------------------------------------------------------------- API
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["ctxadmin.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["ctxadmin.api.parsers.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_VERSIONING_CLASS": None,
+    "EXCEPTION_HANDLER": "ctxadmin.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "ctxadmin API",
+    "DESCRIPTION": (
+        "Sessions, events, context building, compaction, scoped long-term memory and "
+        "provider prefix caches for AI agents. Authenticate with `Authorization: Bearer "
+        '<api key>`; every error is `{"error": {"code", "message", "details"}}`.'
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ctxadmin.api.schema.add_error_envelope",
+    ],
+    "DISABLE_ERRORS_AND_WARNINGS": False,
+    # Swagger UI's assets ship with the project (no CDN).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --------------------------------------------------------------------------- logging
+
+LOG_LEVEL = env.str("CTXADMIN_LOG_LEVEL", "INFO").upper()
+if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+    raise ImproperlyConfigured(f"CTXADMIN_LOG_LEVEL is not a log level: {LOG_LEVEL!r}")
+LOG_FORMAT = env.str("CTXADMIN_LOG_FORMAT", "json")
+if LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured("CTXADMIN_LOG_FORMAT must be json or text")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "json": {"()": "ctxadmin.telemetry.JsonFormatter"},
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # Request bodies never reach a log: Django's request logger prints only status lines.
+        "django.request": {"level": "ERROR"},
+        "django.db.backends": {"level": "WARNING"},
+    },
+}

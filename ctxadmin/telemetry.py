@@ -1,0 +1,65 @@
+"""Content-free telemetry: structured JSON logs and Prometheus metrics.
+
+Metric labels are bounded (HTTP method, URL route pattern, status class); values are counts
+and durations. Under gunicorn, ``PROMETHEUS_MULTIPROC_DIR`` (set by ``manage.py run``) makes
+the counters add up across worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import UTC, datetime
+
+from prometheus_client import Counter, Histogram
+
+HTTP_REQUESTS = Counter(
+    "ctxadmin_http_requests_total",
+    "HTTP requests served, by method, route pattern and status code class.",
+    ["method", "route", "status"],
+)
+HTTP_LATENCY = Histogram(
+    "ctxadmin_http_request_duration_seconds",
+    "Time to produce a response, by route pattern.",
+    ["route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
+
+
+class RequestMetricsMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = (match.route or match.view_name) if match else "unmatched"
+        method = request.method if request.method in _METHODS else "OTHER"
+        HTTP_REQUESTS.labels(method, route, f"{response.status_code // 100}xx").inc()
+        HTTP_LATENCY.labels(route).observe(time.perf_counter() - started)
+        return response
+
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, event, and the record's extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                payload[key] = value
+        if record.exc_info:
+            payload["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
+            payload["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str, ensure_ascii=False)

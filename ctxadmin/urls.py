@@ -1,0 +1,34 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from ctxadmin import health
+from ctxadmin.api.errors import error_response
+
+urlpatterns = [
+    path("api/v1/", include("ctxadmin.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics, name="metrics"),
+    path("admin/", admin.site.urls),
+]
+
+_API_PREFIXES = ("/api/", "/dev/")
+
+
+def handler404(request, exception=None):
+    if request.path.startswith(_API_PREFIXES):
+        return error_response(404, "not_found", "Not found.")
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+def handler500(request):
+    if request.path.startswith(_API_PREFIXES):
+        return error_response(500, "internal_error", "The server could not complete the request.")
+    from django.views.defaults import server_error
+
+    return server_error(request)

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class SessionsAppConfig(AppConfig):
+    name = "sessions_app"
+    label = "sessions_app"
+    verbose_name = "Sessions and events"

@@ -1,0 +1,171 @@
+"""``manage.py run`` (what ``make run`` calls) end to end: the embedded PostgreSQL, migrations,
+first-start credentials, Celery worker and beat, gunicorn; restart reusing the data; and a
+clean stop on SIGTERM and SIGINT with no process left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from ctxadmin import stack
+
+pytestmark = pytest.mark.e2e
+
+
+class RunningStack:
+    def __init__(self, var: Path, port: int, log: Path):
+        self.var, self.port, self.log = var, port, log
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in {"DATABASE_URL", "CTXADMIN_CELERY_QUEUE", "PROMETHEUS_MULTIPROC_DIR"}
+        }
+        self.env = {
+            **env,
+            "CTXADMIN_VAR_DIR": str(var),
+            "PORT": str(port),
+            "CTXADMIN_WEB_WORKERS": "2",
+            "CTXADMIN_WORKER_CONCURRENCY": "1",
+        }
+        self.env.pop("SECRET_KEY", None)  # run generates var/secret_key
+        self.handle = log.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "run"],
+            cwd=stack.PROJECT_DIR,
+            env=self.env,
+            stdout=self.handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_up(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while "ctxadmin is up at" not in self.output():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the stack did not come up:\n{self.output()[-5000:]}")
+            time.sleep(0.5)
+
+    def descendants(self) -> list[psutil.Process]:
+        found = psutil.Process(self.process.pid).children(recursive=True)
+        pid_file = self.var / "pgdata" / "postmaster.pid"
+        if pid_file.exists():
+            found.append(psutil.Process(int(pid_file.read_text().split()[0])))
+        return found
+
+    def stop(self, signum: int) -> int:
+        processes = self.descendants()
+        assert processes, "expected child processes"
+        self.process.send_signal(signum)
+        code = self.process.wait(90)
+        self.handle.close()
+        _gone, alive = psutil.wait_procs(processes, timeout=10)
+        assert not alive, f"left behind: {[p.info if hasattr(p, 'info') else p for p in alive]}"
+        return code
+
+
+def test_run_serves_restarts_on_its_data_and_stops_cleanly(tmp_path):
+    var = tmp_path / "var"
+    log = tmp_path / "run.log"
+    first = RunningStack(var, stack.free_port(), log)
+    try:
+        first.wait_up()
+        names = {p.name() for p in first.descendants()} | {
+            " ".join(p.cmdline()[:4]) for p in first.descendants()
+        }
+        assert any("gunicorn" in n for n in names) and any("celery" in n for n in names)
+        client = httpx.Client(base_url=first.base_url, timeout=10)
+
+        ready = client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert all(check["ok"] for check in ready.json()["checks"].values())
+        login = client.get("/admin/login/")
+        assert login.status_code == 200 and "ctxadmin" in login.text
+        assert client.get("/static/admin/css/base.css").status_code == 200
+        schema = client.get("/api/schema/", headers={"Accept": "application/vnd.oai.openapi+json"})
+        assert schema.json()["openapi"].startswith("3.")
+
+        key = re.search(r"API key\s+:\s+(ctx_\S+)", first.output()).group(1)
+        auth = {"Authorization": f"Bearer {key}"}
+        assert client.get("/api/v1/apps/demo/", headers=auth).json()["app"] == "demo"
+        assert client.get("/api/v1/apps/demo/").status_code == 401
+
+        # gunicorn de-chunks bodies: a chunked PATCH is read, an oversized one refused.
+        def chunks(payload: bytes):
+            yield from (payload[i : i + 7] for i in range(0, len(payload), 7))
+
+        patched = client.patch(
+            "/api/v1/apps/demo/",
+            content=chunks(b'{"display_name": "chunked"}'),
+            headers={**auth, "Content-Type": "application/json"},
+        )
+        assert patched.status_code == 200, patched.text
+        assert patched.json()["display_name"] == "chunked"
+        big = b'{"display_name": "' + b"x" * (9 * 1024 * 1024) + b'"}'
+        refused = client.patch(
+            "/api/v1/apps/demo/",
+            content=iter([big]),
+            headers={**auth, "Content-Type": "application/json"},
+        )
+        assert refused.status_code == 413
+        assert refused.json()["error"]["code"] == "request_too_large"
+
+        # Management commands beside the running stack reach the same database and broker.
+        beside = {k: v for k, v in first.env.items() if k not in {"REDIS_URL"}}
+        probe = subprocess.run(
+            [sys.executable, "manage.py", "probe_workers", "--timeout", "60"],
+            cwd=stack.PROJECT_DIR,
+            env=beside,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert probe.returncode == 0, probe.stderr
+        assert "completed by" in probe.stdout
+
+        state = json.loads((var / "stack.json").read_text())
+        assert (var / "stack.json").stat().st_mode & 0o077 == 0
+        assert state["pid"] == first.process.pid
+    finally:
+        code = first.stop(signal.SIGTERM)
+    assert code == 0
+    assert "stopped" in first.output()
+
+    # Second start: same data, no new credentials, the first key still works; Ctrl-C stops it.
+    second = RunningStack(var, stack.free_port(), tmp_path / "run2.log")
+    try:
+        second.wait_up()
+        assert "First start" not in second.output()
+        response = httpx.get(
+            f"{second.base_url}/api/v1/apps/demo/", headers={"Authorization": f"Bearer {key}"}
+        )
+        assert response.status_code == 200
+        assert response.json()["display_name"] == "chunked"
+    finally:
+        assert second.stop(signal.SIGINT) == 0
+
+
+def test_a_local_redis_starts_when_none_answers(tmp_path):
+    local = stack.LocalRedis(tmp_path / "redis")
+    url = local.start()
+    try:
+        assert stack.redis_answers(url)
+        pid = local.process.pid
+    finally:
+        local.stop()
+    assert not stack.redis_answers(url, timeout=0.3)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
