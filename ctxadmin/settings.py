@@ -105,6 +105,23 @@ if CTXADMIN_PAGE_SIZE > CTXADMIN_MAX_PAGE_SIZE:
 CTXADMIN_MAX_JSON_DEPTH = env.int("CTXADMIN_MAX_JSON_DEPTH", 32, minimum=4, maximum=256)
 CTXADMIN_API_KEY_TOUCH_SECONDS = env.int("CTXADMIN_API_KEY_TOUCH_SECONDS", 60, minimum=1)
 CTXADMIN_METRICS_TOKEN = env.secret("CTXADMIN_METRICS_TOKEN")
+# Sessions and events.
+CTXADMIN_MAX_BATCH_EVENTS = env.int("CTXADMIN_MAX_BATCH_EVENTS", 500, minimum=1, maximum=5000)
+CTXADMIN_MAX_EVENT_BYTES = env.int(
+    "CTXADMIN_MAX_EVENT_BYTES", 2 * 1024 * 1024, minimum=1024, maximum=64 * 1024 * 1024
+)
+CTXADMIN_MAX_EVENT_PARTS = env.int("CTXADMIN_MAX_EVENT_PARTS", 128, minimum=1, maximum=4096)
+CTXADMIN_MAX_INLINE_DATA_BYTES = env.int(
+    "CTXADMIN_MAX_INLINE_DATA_BYTES", 1024 * 1024, minimum=0, maximum=64 * 1024 * 1024
+)
+CTXADMIN_MAX_STATE_BYTES = env.int(
+    "CTXADMIN_MAX_STATE_BYTES", 1024 * 1024, minimum=1024, maximum=64 * 1024 * 1024
+)
+CTXADMIN_SESSION_EVENTS_MAX = env.int("CTXADMIN_SESSION_EVENTS_MAX", 10000, minimum=1)
+# Context building: the ceiling on a whole envelope, whatever a policy asks for.
+CTXADMIN_MAX_CONTEXT_BYTES = env.int(
+    "CTXADMIN_MAX_CONTEXT_BYTES", 16 * 1024 * 1024, minimum=1024, maximum=256 * 1024 * 1024
+)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXADMIN_MAX_BODY_BYTES
 
 # --------------------------------------------------------------------------- Django
@@ -209,6 +226,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "ctxadmin.api.schema.add_error_envelope",
+        "sessions_app.api.schemas.add_components",
     ],
     "DISABLE_ERRORS_AND_WARNINGS": False,
     # Swagger UI's assets ship with the project (no CDN).

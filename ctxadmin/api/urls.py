@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from ctxadmin.api import tenancy
 
@@ -9,4 +9,5 @@ urlpatterns = [
     path("apps/<str:app>/key", tenancy.CurrentKeyView.as_view(), name="current-key"),
     path("apps/<str:app>/keys", tenancy.ApiKeyListView.as_view(), name="api-keys"),
     path("apps/<str:app>/keys/<str:prefix>", tenancy.ApiKeyDetailView.as_view(), name="api-key"),
+    path("", include("sessions_app.api.urls")),
 ]

@@ -1,0 +1,341 @@
+"""Sessions, events, user state and the context builder over REST (thin: services decide)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+
+from ctxadmin.api.errors import ApiError
+from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
+from ctxadmin.api.paths import path_segment_error
+from ctxadmin.api.views import AppScopedView
+from ctxadmin.models import SCOPE_SESSIONS
+from sessions_app import selectors, services
+from sessions_app import state as scopes
+from sessions_app.api.schemas import ref
+from sessions_app.context.build import build_context, parse_request
+from sessions_app.events import CONTENT_TYPES, EventError, parse_timestamp
+from sessions_app.models import Event, Session
+
+JSON = "application/json"
+
+
+def _int_param(request, name: str, *, minimum: int = 0) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < minimum:
+        raise ApiError(
+            "invalid_parameter",
+            f"{name} must be an integer >= {minimum}",
+            details={"parameter": name},
+        )
+    return int(raw)
+
+
+def _timestamp_param(request, name: str) -> datetime | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse_timestamp(float(raw) if _is_number(raw) else raw, name)
+    except EventError as exc:
+        raise ApiError("invalid_parameter", exc.message, details={"parameter": name}) from None
+
+
+def _is_number(raw: str) -> bool:
+    try:
+        float(raw)
+    except ValueError:
+        return False
+    return True
+
+
+def _bool_param(request, name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return False
+    if raw not in {"true", "false", "1", "0"}:
+        raise ApiError(
+            "invalid_parameter", f"{name} must be true or false", details={"parameter": name}
+        )
+    return raw in {"true", "1"}
+
+
+def _list_param(request, name: str, *, choices: tuple[str, ...] | None = None) -> list[str] | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    values = [value for value in raw.split(",") if value]
+    if len(values) > 256:
+        raise ApiError(
+            "invalid_parameter", f"{name} has more than 256 values", details={"parameter": name}
+        )
+    if choices is not None:
+        unknown = sorted(set(values) - set(choices))
+        if unknown:
+            raise ApiError(
+                "invalid_parameter",
+                f"{name}: unknown value {unknown[0]!r}; choose from {list(choices)}",
+                details={"parameter": name},
+            )
+    return values
+
+
+def session_summary(session: Session) -> dict:
+    return {
+        "session_id": session.session_id,
+        "user_id": session.user_id,
+        "revision": session.revision,
+        "event_count": session.event_count,
+        "created_at": session.created_at.isoformat(),
+        "updated_at": session.updated_at.isoformat(),
+    }
+
+
+class SessionCursor(Cursor):
+    ordering = ("-updated_at", "-id")
+
+
+class EventCursor(Cursor):
+    ordering = ("seq",)
+
+
+class SessionsScopedView(AppScopedView):
+    required_scopes = {"*": SCOPE_SESSIONS}
+    queryset = Session.objects.all()
+
+    def session_or_404(self, sid: str) -> Session:
+        session = self.get_queryset().filter(session_id=sid).first()
+        if session is None:
+            raise services.not_found()
+        return session
+
+
+class SessionListView(SessionsScopedView):
+    """A user's sessions, newest activity first, by cursor; or create one."""
+
+    allowed_query_params = PAGINATION_QUERY_PARAMS
+    pagination_class = SessionCursor
+
+    @extend_schema(operation_id="sessions_list", responses={200: ref("SessionPage")})
+    def get(self, request, app, user):
+        page = self.paginate_queryset(
+            self.get_queryset().only(
+                "session_id", "user_id", "revision", "event_count", "created_at", "updated_at"
+            )
+        )
+        return self.get_paginated_response([session_summary(session) for session in page])
+
+    @extend_schema(
+        operation_id="sessions_create",
+        request={JSON: ref("SessionCreate")},
+        responses={201: ref("Session")},
+    )
+    def post(self, request, app, user):
+        body = request.data
+        if not isinstance(body, dict):
+            raise services.invalid("body", "must be a JSON object")
+        unknown = sorted(set(body) - {"session_id", "state"})
+        if unknown:
+            raise services.invalid(unknown[0], "unknown field")
+        session_id = body.get("session_id")
+        if session_id is not None:
+            if not isinstance(session_id, str) or path_segment_error("sid", session_id):
+                raise services.invalid(
+                    "session_id", path_segment_error("sid", str(session_id)) or "must be a string"
+                )
+        state = body.get("state", {})
+        if not isinstance(state, dict):
+            raise services.invalid("state", "must be an object")
+        session, merged = services.create_session(self.tenant, user, session_id, state)
+        return Response(
+            {
+                **session_summary(session),
+                "app": self.tenant.name,
+                "state": merged,
+                "events": [],
+                "events_complete": True,
+            },
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class SessionDetailView(SessionsScopedView):
+    """One session with its state and events; ``DELETE`` removes it with its events."""
+
+    allowed_query_params = frozenset({"num_recent_events", "after_timestamp"})
+
+    @extend_schema(
+        operation_id="sessions_get",
+        parameters=[
+            OpenApiParameter("num_recent_events", int, description="0: no events; N: the newest N"),
+            OpenApiParameter(
+                "after_timestamp", str, description="only events at or after this time"
+            ),
+        ],
+        responses={200: ref("Session")},
+    )
+    def get(self, request, app, user, sid):
+        session = self.session_or_404(sid)
+        events, complete = selectors.session_events(
+            session,
+            num_recent_events=_int_param(request, "num_recent_events"),
+            after_timestamp=_timestamp_param(request, "after_timestamp"),
+            cap=settings.CTXADMIN_SESSION_EVENTS_MAX,
+        )
+        app_state, user_state = selectors.scope_states(self.tenant, user)
+        return Response(
+            {
+                **session_summary(session),
+                "app": self.tenant.name,
+                "state": scopes.merged(session.state, app_state, user_state),
+                "events": events,
+                "events_complete": complete,
+            }
+        )
+
+    @extend_schema(operation_id="sessions_delete", responses={204: None})
+    def delete(self, request, app, user, sid):
+        services.delete_session(self.tenant, user, sid)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+EVENT_FILTER_PARAMS = frozenset(
+    {
+        "authors",
+        "exclude_authors",
+        "invocation_ids",
+        "exclude_invocation_ids",
+        "content_types",
+        "exclude_content_types",
+        "after_timestamp",
+        "before_timestamp",
+        "final_only",
+        "include_hidden",
+    }
+)
+
+
+class EventListView(SessionsScopedView):
+    """Events in seq order by cursor, with the context builder's filters; or append."""
+
+    allowed_query_params = PAGINATION_QUERY_PARAMS | EVENT_FILTER_PARAMS
+    pagination_class = EventCursor
+
+    @extend_schema(
+        operation_id="events_list",
+        parameters=[
+            OpenApiParameter(name, str, description="comma-separated")
+            for name in ("authors", "exclude_authors", "invocation_ids", "exclude_invocation_ids")
+        ]
+        + [
+            OpenApiParameter(
+                name, str, description=f"comma-separated of {', '.join(CONTENT_TYPES)}"
+            )
+            for name in ("content_types", "exclude_content_types")
+        ]
+        + [
+            OpenApiParameter("after_timestamp", str, description="inclusive"),
+            OpenApiParameter("before_timestamp", str, description="inclusive"),
+            OpenApiParameter("final_only", bool),
+            OpenApiParameter(
+                "include_hidden", bool, description="also events hidden by compaction"
+            ),
+        ],
+        responses={200: ref("EventPage")},
+    )
+    def get(self, request, app, user, sid):
+        session = self.session_or_404(sid)
+        queryset = selectors.filter_events(
+            Event.objects.filter(session=session),
+            authors=_list_param(request, "authors"),
+            exclude_authors=_list_param(request, "exclude_authors"),
+            invocation_ids=_list_param(request, "invocation_ids"),
+            exclude_invocation_ids=_list_param(request, "exclude_invocation_ids"),
+            content_types=_list_param(request, "content_types", choices=CONTENT_TYPES),
+            exclude_content_types=_list_param(
+                request, "exclude_content_types", choices=CONTENT_TYPES
+            ),
+            after_timestamp=_timestamp_param(request, "after_timestamp"),
+            before_timestamp=_timestamp_param(request, "before_timestamp"),
+            final_only=_bool_param(request, "final_only"),
+        )
+        _bool_param(request, "include_hidden")  # validated; nothing is hidden without compaction
+        page = self.paginate_queryset(queryset.values(*selectors.EVENT_COLUMNS))
+        return self.get_paginated_response([selectors.event_dict(row) for row in page])
+
+    @extend_schema(
+        operation_id="events_append",
+        request={JSON: ref("AppendRequest")},
+        responses={201: ref("AppendResponse"), 200: ref("AppendResponse")},
+    )
+    def post(self, request, app, user, sid):
+        body = request.data
+        if not isinstance(body, dict):
+            raise services.invalid("body", "must be a JSON object")
+        unknown = sorted(set(body) - {"event", "events", "expected_revision"})
+        if unknown:
+            raise services.invalid(unknown[0], "unknown field")
+        if ("event" in body) == ("events" in body):
+            raise services.invalid("events", "send exactly one of 'event' or 'events'")
+        if "event" in body:
+            raw_events, path = [body["event"]], "event"
+        else:
+            raw_events, path = body["events"], "events"
+            limit = settings.CTXADMIN_MAX_BATCH_EVENTS
+            if not isinstance(raw_events, list) or not 1 <= len(raw_events) <= limit:
+                raise services.invalid("events", f"must be a list of 1 to {limit} events")
+        expected = body.get("expected_revision")
+        if expected is not None and (
+            isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
+        ):
+            raise services.invalid("expected_revision", "must be an integer >= 0")
+        result = services.append_events(
+            self.tenant, user, sid, raw_events, expected_revision=expected, path=path
+        )
+        return Response(
+            {
+                "events": result.events,
+                "created": result.created,
+                "revision": result.revision,
+                "state": result.state,
+            },
+            status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
+        )
+
+
+class ContextView(SessionsScopedView):
+    """Build the bounded, secret-free request for the next model call."""
+
+    @extend_schema(
+        operation_id="context_build",
+        request={JSON: ref("ContextRequest")},
+        responses={200: ref("ContextResponse")},
+    )
+    def post(self, request, app, user, sid):
+        context_request = parse_request(request.data)  # before any event is read
+        session = self.session_or_404(sid)
+        return Response(build_context(session, context_request))
+
+
+class UserStateView(SessionsScopedView):
+    """The user's ``user:`` state and the app's ``app:`` state, readable before any session."""
+
+    @extend_schema(operation_id="user_state", responses={200: ref("UserState")})
+    def get(self, request, app, user):
+        app_state, user_state = selectors.scope_states(self.tenant, user)
+        return Response(
+            {
+                "app": self.tenant.name,
+                "user_id": user,
+                "state": {
+                    **scopes.prefixed(scopes.APP_PREFIX, app_state),
+                    **scopes.prefixed(scopes.USER_PREFIX, user_state),
+                },
+            }
+        )

@@ -1,0 +1,214 @@
+"""Building one model request from a session: validate everything, then read metadata,
+select, read only the selected content, prune, assemble, fingerprint, account."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from ctxadmin.api.errors import ApiError
+from ctxadmin.canonical import canonical_size
+from sessions_app import telemetry
+from sessions_app.context import envelope as env
+from sessions_app.context.policy import ContextPolicy, PolicyError, parse_policy
+from sessions_app.context.select import META_FIELDS, EventMeta, Overflow, select_history
+from sessions_app.events import EventError, estimate_tokens, history_item, validate_content
+from sessions_app.models import Event, Session
+from sessions_app.services import event_limits, invalid
+
+logger = logging.getLogger("ctxadmin.context")
+
+REQUEST_KEYS = frozenset({"current_input", "instructions", "generation_config", "tools", "policy"})
+MAX_INSTRUCTIONS_BYTES = 1024 * 1024
+MAX_GENERATION_CONFIG_BYTES = 64 * 1024
+MAX_TOOLS = 512
+MAX_TOOLS_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ContextRequest:
+    current_input: dict
+    instructions: str | None
+    generation_config: dict | None
+    tools: list | None
+    policy: ContextPolicy
+
+
+def parse_request(body: Any) -> ContextRequest:
+    """Everything is validated before any event is read."""
+    if not isinstance(body, dict):
+        raise invalid("body", "must be a JSON object")
+    unknown = sorted(set(body) - REQUEST_KEYS)
+    if unknown:
+        raise invalid(unknown[0], "unknown field")
+    if "current_input" not in body:
+        raise invalid("current_input", "is required")
+    try:
+        current_input = validate_content(body["current_input"], "current_input", event_limits())
+    except EventError as exc:
+        raise invalid(exc.path, exc.message) from None
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise invalid("instructions", "must be a string")
+        if len(instructions.encode()) > MAX_INSTRUCTIONS_BYTES:
+            raise invalid("instructions", f"must be at most {MAX_INSTRUCTIONS_BYTES} bytes")
+    config = body.get("generation_config")
+    if config is not None:
+        if not isinstance(config, dict):
+            raise invalid("generation_config", "must be an object")
+        if canonical_size(config) > MAX_GENERATION_CONFIG_BYTES:
+            raise invalid(
+                "generation_config", f"must be at most {MAX_GENERATION_CONFIG_BYTES} bytes"
+            )
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+            raise invalid("tools", "must be a list of objects (tool declarations)")
+        if len(tools) > MAX_TOOLS or canonical_size(tools) > MAX_TOOLS_BYTES:
+            raise invalid(
+                "tools", f"must be at most {MAX_TOOLS} declarations and {MAX_TOOLS_BYTES} bytes"
+            )
+    try:
+        policy = parse_policy(body.get("policy"))
+    except PolicyError as exc:
+        raise invalid(exc.path, exc.message) from None
+    return ContextRequest(current_input, instructions, config, tools, policy)
+
+
+def _budget_error(
+    code: str, message: str, measured: int, limit: int, bpt: int, which: str
+) -> ApiError:
+    return ApiError(
+        code,
+        message,
+        status_code=422,
+        details={
+            "budget": which,
+            "measured_bytes": measured,
+            "limit_bytes": limit,
+            "measured_tokens": estimate_tokens(measured, bpt),
+            "limit_tokens": limit // bpt,
+        },
+    )
+
+
+def build_context(session: Session, request: ContextRequest) -> dict:
+    started = time.perf_counter()
+    policy = request.policy
+    parts = env.fixed_parts(
+        instructions=request.instructions,
+        generation_config=request.generation_config,
+        tools=request.tools,
+        memory=[],
+        current_input=request.current_input,
+    )
+    sizes = env.fixed_sizes(parts)
+    fixed_total = sum(sizes.values())
+    request_limit = policy.request_byte_limit(settings.CTXADMIN_MAX_CONTEXT_BYTES)
+    if fixed_total > request_limit:
+        telemetry.CONTEXT_BUILDS.labels("request_budget_exceeded").inc()
+        raise _budget_error(
+            "request_context_budget_exceeded",
+            "The request without any history already exceeds the whole-request budget.",
+            fixed_total,
+            request_limit,
+            policy.bytes_per_token,
+            "request",
+        )
+
+    metas = [
+        EventMeta._make(row)
+        for row in Event.objects.filter(session=session).order_by("seq").values_list(*META_FIELDS)
+    ]
+    try:
+        selection = select_history(
+            metas,
+            policy,
+            request_room_bytes=request_limit - fixed_total,
+            framing_per_item=env.FRAMING_PER_ITEM_BYTES,
+        )
+    except Overflow as overflow:
+        if policy.overflow == "compress":
+            telemetry.CONTEXT_BUILDS.labels("compressor_unavailable").inc()
+            raise ApiError(
+                "compressor_unavailable",
+                "The history exceeds the budget and no compactor is configured for this session.",
+                status_code=422,
+                details={
+                    "measured_bytes": overflow.measured_bytes,
+                    "limit_bytes": overflow.limit_bytes,
+                },
+            ) from None
+        telemetry.CONTEXT_BUILDS.labels("budget_exceeded").inc()
+        raise _budget_error(
+            "context_budget_exceeded",
+            f"The selected history exceeds the {overflow.limit_name} budget.",
+            overflow.measured_bytes,
+            overflow.limit_bytes,
+            policy.bytes_per_token,
+            overflow.limit_name,
+        ) from None
+
+    history = _history(session, [metas[i].seq for i in selection.indices])
+    envelope = env.assemble(parts, history)
+    fingerprint = env.envelope_fingerprint(envelope)
+    accounting = env.accounting(
+        sizes, selection.history_bytes, len(history), policy.bytes_per_token
+    )
+    counts = {
+        "input": selection.input_events,
+        "selected": len(history),
+        "dropped": selection.dropped,
+        "dropped_by_filter": selection.dropped_by_filter,
+        "dropped_by_budget": selection.dropped_by_budget,
+        "dropped_by_window": selection.dropped_by_window,
+        "without_content": selection.without_content,
+        "hidden_by_compaction": 0,
+    }
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    telemetry.record_build(
+        session, counts, accounting, fingerprint, selection.truncated, elapsed_ms
+    )
+    return {
+        "envelope": envelope,
+        "accounting": {
+            "events": counts,
+            **accounting,
+            "bytes_per_token": policy.bytes_per_token,
+            "truncated": selection.truncated,
+            "build_ms": round(elapsed_ms, 3),
+        },
+        "context_fingerprint": fingerprint,
+    }
+
+
+def _history(session: Session, seqs: list[int]) -> list[dict]:
+    if not seqs:
+        return []
+    wanted = set(seqs)
+    rows = (
+        Event.objects.filter(session=session, seq__gte=seqs[0], seq__lte=seqs[-1])
+        .order_by("seq")
+        .values_list(
+            "seq", "event_id", "invocation_id", "author", "timestamp", "content", "actions"
+        )
+    )
+    return [
+        history_item(
+            {
+                "event_id": event_id,
+                "invocation_id": invocation_id,
+                "author": author,
+                "content": content,
+                "actions": actions,
+            },
+            timestamp,
+        )
+        for seq, event_id, invocation_id, author, timestamp, content, actions in rows
+        if seq in wanted
+    ]

@@ -1,0 +1,56 @@
+"""State scopes with ADK semantics (pure; no Django import).
+
+``app:key`` is shared by every session of the app, ``user:key`` by every session of one
+user, a plain ``key`` belongs to the session, and ``temp:key`` lives only in the response of
+the append that carries it. App and user state are stored without their prefix and merged,
+re-prefixed, on read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+APP_PREFIX = "app:"
+USER_PREFIX = "user:"
+TEMP_PREFIX = "temp:"
+
+
+@dataclass
+class ScopedDelta:
+    app: dict[str, Any] = field(default_factory=dict)
+    user: dict[str, Any] = field(default_factory=dict)
+    session: dict[str, Any] = field(default_factory=dict)
+    temp: dict[str, Any] = field(default_factory=dict)
+
+
+def split_delta(delta: dict[str, Any]) -> ScopedDelta:
+    scoped = ScopedDelta()
+    for key, value in delta.items():
+        if key.startswith(APP_PREFIX):
+            scoped.app[key[len(APP_PREFIX) :]] = value
+        elif key.startswith(USER_PREFIX):
+            scoped.user[key[len(USER_PREFIX) :]] = value
+        elif key.startswith(TEMP_PREFIX):
+            scoped.temp[key] = value
+        else:
+            scoped.session[key] = value
+    return scoped
+
+
+def without_temp(delta: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in delta.items() if not key.startswith(TEMP_PREFIX)}
+
+
+def merged(
+    session_state: dict[str, Any], app_state: dict[str, Any], user_state: dict[str, Any]
+) -> dict[str, Any]:
+    """The state a session sees: its own keys plus re-prefixed app and user keys."""
+    result = dict(session_state)
+    result.update({APP_PREFIX + key: value for key, value in app_state.items()})
+    result.update({USER_PREFIX + key: value for key, value in user_state.items()})
+    return result
+
+
+def prefixed(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
+    return {prefix + key: value for key, value in state.items()}

@@ -1,0 +1,126 @@
+"""Real requests and responses validate against the committed OpenAPI document, so the
+documented shapes and the pure validators cannot drift apart."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+
+from ctxadmin import stack
+from tests.sessions_helpers import call, response, sessions_url, text, user_input
+
+DOCUMENT = yaml.safe_load((Path(stack.PROJECT_DIR) / "docs" / "openapi.yaml").read_text())
+
+
+def _convert(node):
+    """OpenAPI 3.0 → JSON Schema 2020-12: ``nullable`` and component ``$ref``s."""
+    if isinstance(node, list):
+        return [_convert(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: _convert(value) for key, value in node.items()}
+    if "$ref" in node:
+        node["$ref"] = node["$ref"].replace("#/components/schemas/", "#/$defs/")
+    if node.pop("nullable", False):
+        return {"anyOf": [node, {"type": "null"}]}
+    return node
+
+
+DEFS = {name: _convert(schema) for name, schema in DOCUMENT["components"]["schemas"].items()}
+
+
+def validator(name: str) -> Draft202012Validator:
+    return Draft202012Validator({"$defs": DEFS, "$ref": f"#/$defs/{name}"})
+
+
+def check(name: str, instance) -> None:
+    errors = sorted(validator(name).iter_errors(copy.deepcopy(instance)), key=str)
+    assert not errors, f"{name}: {errors[0].message} at {list(errors[0].absolute_path)}"
+
+
+@pytest.mark.django_db
+def test_flow_matches_the_document(owner):
+    api = owner.client()
+    base = sessions_url("acme")
+    create_body = {"session_id": "s", "state": {"user:lang": "fr"}}
+    check("SessionCreate", create_body)
+    created = api.post(base, create_body, format="json")
+    check("Session", created.json())
+
+    append_body = {
+        "events": [
+            text(
+                "user",
+                "hi",
+                timestamp="2026-01-01T00:00:00Z",
+                usage_metadata={"prompt_token_count": 3},
+            ),
+            call("c1", args={"q": 1}),
+            response(
+                "c1",
+                {"ok": True},
+                actions={"state_delta": {"temp:x": 1}, "artifact_delta": {"f.txt": 1}},
+            ),
+            {
+                "author": "model",
+                "partial": True,
+                "content": {"role": "model", "parts": [{"text": "…"}]},
+            },
+        ],
+        "expected_revision": 0,
+    }
+    check("AppendRequest", append_body)
+    appended = api.post(f"{base}/s/events", append_body, format="json")
+    assert appended.status_code == 201
+    check("AppendResponse", appended.json())
+
+    check("Session", api.get(f"{base}/s").json())
+    check("SessionPage", api.get(base).json())
+    check("EventPage", api.get(f"{base}/s/events?limit=2").json())
+    check("UserState", api.get("/api/v1/apps/acme/users/alice/state").json())
+
+    context_body = {
+        "current_input": user_input(),
+        "instructions": "Be brief.",
+        "tools": [{"name": "lookup"}],
+        "policy": {
+            "filters": {
+                "authors": {"include": ["all"]},
+                "content_types": {"exclude": ["multimodal"]},
+            },
+            "budgets": {"max_tokens": 1000, "bytes_per_token": 4},
+            "overflow": "truncate",
+        },
+    }
+    check("ContextRequest", context_body)
+    context = api.post(f"{base}/s/context", context_body, format="json")
+    assert context.status_code == 200
+    check("ContextResponse", context.json())
+
+    error = api.post(
+        f"{base}/s/context", {"current_input": user_input(), "policy": {"x": 1}}, format="json"
+    )
+    check("Error", error.json())
+
+
+@pytest.mark.parametrize(
+    ("name", "instance"),
+    [
+        ("AppendRequest", {"events": [{"author": "u", "colour": 1}]}),
+        (
+            "EventInput",
+            {"author": "u", "content": {"role": "user", "parts": [{"text": "a", "file_data": {}}]}},
+        ),
+        (
+            "ContextRequest",
+            {"current_input": user_input(), "policy": {"budgets": {"max_bytes": 0}}},
+        ),
+        ("ContextRequest", {"policy": {}}),
+    ],
+)
+def test_the_document_rejects_what_the_server_rejects(name, instance):
+    assert list(validator(name).iter_errors(instance))
