@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db import connection
 from rest_framework import authentication, exceptions
 
 from ctxadmin.keys import digest_matches, parse_key
-from ctxadmin.models import ApiKey
+from ctxadmin.models import ApiKey, App
 from ctxadmin.services import touch_api_key
 
 
@@ -28,6 +29,29 @@ class ApiKeyPrincipal:
         return f"apikey:{self.key.prefix}"
 
 
+_KEY_FIELDS = [f.attname for f in ApiKey._meta.concrete_fields]
+_APP_FIELDS = [f.attname for f in App._meta.concrete_fields]
+_COLUMNS = ", ".join([*(f"k.{n}" for n in _KEY_FIELDS), *(f"a.{n}" for n in _APP_FIELDS)])
+_KEY_SQL = (
+    f"SELECT {_COLUMNS} FROM ctxadmin_apikey k "  # noqa: S608 - model column names only
+    "JOIN ctxadmin_app a ON a.id = k.app_id WHERE k.prefix = %s"
+)
+
+
+def find_key(prefix: str) -> ApiKey | None:
+    """The key with its app, in one query. Every API request runs this, so it skips the
+    ORM's query building (``Model.from_db`` is how the ORM itself builds rows)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_KEY_SQL, [prefix])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    split = len(_KEY_FIELDS)
+    key = ApiKey.from_db(connection.alias, _KEY_FIELDS, row[:split])
+    key.app = App.from_db(connection.alias, _APP_FIELDS, row[split:])
+    return key
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -46,7 +70,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         prefix = parse_key(raw)
         if prefix is None:
             raise exceptions.AuthenticationFailed("Invalid API key.")
-        key = ApiKey.objects.select_related("app").filter(prefix=prefix).first()
+        key = find_key(prefix)
         # One message for unknown, wrong and revoked keys: nothing to probe.
         if key is None or not digest_matches(raw, key.key_hash) or not key.is_active:
             raise exceptions.AuthenticationFailed("Invalid API key.")

@@ -2,7 +2,9 @@
 
 import os
 
-worker_class = "sync"
+# Threaded workers keep client connections alive between requests (sync workers close them).
+worker_class = "gthread"
+threads = int(os.environ.get("CTXADMIN_WEB_THREADS", "4"))
 timeout = int(os.environ.get("CTXADMIN_WEB_TIMEOUT", "60"))
 graceful_timeout = 20
 keepalive = 5

@@ -10,6 +10,7 @@ pruning a harmless key is the safe mistake.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 SECRET_NAMES = frozenset(
@@ -38,6 +39,7 @@ def normalise_key(name: str) -> str:
     return _SEPARATORS.sub("", name).lower()
 
 
+@lru_cache(maxsize=8192)  # keys repeat across events; pruning runs on every append and build
 def is_secret_key(name: str) -> bool:
     normalised = normalise_key(name)
     return any(normalised.endswith(secret) for secret in SECRET_NAMES)

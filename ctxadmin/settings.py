@@ -45,7 +45,9 @@ _db = parse_database_url(_database_url)
 _db["OPTIONS"].setdefault(
     "connect_timeout", str(env.int("CTXADMIN_DB_CONNECT_TIMEOUT", 5, minimum=1))
 )
-if env.bool("CTXADMIN_DB_POOL", True):
+# gunicorn's sync workers serve one request at a time: one persistent connection per worker
+# is the cheapest. The psycopg pool is for threaded servers (CTXADMIN_DB_POOL=true).
+if env.bool("CTXADMIN_DB_POOL", False):
     _db["OPTIONS"]["pool"] = {
         "min_size": env.int("CTXADMIN_DB_POOL_MIN", 1, minimum=0),
         "max_size": env.int("CTXADMIN_DB_POOL_MAX", 8, minimum=1),
@@ -54,7 +56,7 @@ if env.bool("CTXADMIN_DB_POOL", True):
     if _db["OPTIONS"]["pool"]["min_size"] > _db["OPTIONS"]["pool"]["max_size"]:
         raise ImproperlyConfigured("CTXADMIN_DB_POOL_MIN must not exceed CTXADMIN_DB_POOL_MAX")
 else:
-    _db["CONN_MAX_AGE"] = env.int("CTXADMIN_DB_CONN_MAX_AGE", 60, minimum=0)
+    _db["CONN_MAX_AGE"] = env.int("CTXADMIN_DB_CONN_MAX_AGE", 300, minimum=0)
     _db["CONN_HEALTH_CHECKS"] = True
 _db["TEST"] = {"NAME": env.str("CTXADMIN_TEST_DB_NAME")}
 DATABASES = {"default": _db}

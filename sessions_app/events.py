@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ctxadmin.canonical import canonical_size, fingerprint
+from ctxadmin.canonical import canonical_json, canonical_size, fingerprint
 from ctxadmin.pruning import prune_secrets
 
 # Kinds of content, as bits (stored in Event.kinds; filterable in SQL and in Python).
@@ -300,8 +300,12 @@ class Derived:
     call_ids: list[str] | None
     response_ids: list[str] | None
     byte_size: int
-    context_bytes: int
+    context_json: str  # the history item, pruned and canonical: what every build sends
     content_hash: str
+
+    @property
+    def context_bytes(self) -> int:
+        return len(self.context_json.encode("utf-8"))
 
 
 def content_kinds(content: dict | None) -> tuple[int, list[str], list[str]]:
@@ -342,13 +346,14 @@ def identity(event: dict) -> dict:
     }
 
 
-def history_item(event: dict, timestamp: datetime) -> dict:
-    """The event as it appears in a context envelope: secret-pruned, content-bearing fields."""
+def history_item(event: dict, timestamp: str) -> dict:
+    """The event as it appears in a context envelope: secret-pruned, content-bearing fields.
+    ``timestamp`` is ISO 8601 text (as ``datetime.isoformat`` and PostgreSQL's JSON write it)."""
     item = {
         "event_id": event["event_id"],
         "invocation_id": event["invocation_id"],
         "author": event["author"],
-        "timestamp": timestamp.isoformat(),
+        "timestamp": timestamp,
         "content": event["content"],
     }
     if event["actions"]:
@@ -370,7 +375,7 @@ def derive(event: dict, timestamp: datetime, event_hash: str) -> Derived:
         call_ids=calls or None,
         response_ids=responses or None,
         byte_size=canonical_size(stored),
-        context_bytes=canonical_size(history_item(event, timestamp)),
+        context_json=canonical_json(history_item(event, timestamp.isoformat())).decode("utf-8"),
         content_hash=event_hash,
     )
 

@@ -13,7 +13,8 @@ class Session(models.Model):
     """One conversation of one user of one app. ``revision`` is bumped by every append (the
     compare-and-append token); ``last_seq`` is the seq of the newest event."""
 
-    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="sessions")
+    # No separate index on app: the unique (app, user_id, session_id) index leads with it.
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="sessions", db_index=False)
     user_id = models.CharField(max_length=128)
     session_id = models.CharField(max_length=128)
     state = models.JSONField(default=dict)
@@ -51,7 +52,10 @@ class Event(models.Model):
     ``response_ids``, ``context_bytes``) let the context builder select without reading
     content."""
 
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
+    # No separate index on session: the unique (session, seq) index leads with it.
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     seq = models.BigIntegerField()
     event_id = models.CharField(max_length=128)
     invocation_id = models.CharField(max_length=128, blank=True)
@@ -68,6 +72,9 @@ class Event(models.Model):
     response_ids = ArrayField(models.CharField(max_length=128), null=True)
     byte_size = models.IntegerField()
     context_bytes = models.IntegerField()
+    # The event as a context history item, secret-pruned canonical JSON, computed once at
+    # append: a build concatenates these instead of decoding, pruning and re-encoding content.
+    context_json = models.TextField()
     token_estimate = models.IntegerField()
     content_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(db_default=Now())
@@ -96,7 +103,9 @@ class AppState(models.Model):
 class UserState(models.Model):
     """``user:`` keys, shared by every session of one user of the app (stored un-prefixed)."""
 
-    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="user_states")
+    app = models.ForeignKey(
+        App, on_delete=models.CASCADE, related_name="user_states", db_index=False
+    )
     user_id = models.CharField(max_length=128)
     state = models.JSONField(default=dict)
     updated_at = models.DateTimeField(auto_now=True)

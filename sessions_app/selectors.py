@@ -6,26 +6,12 @@ from datetime import datetime
 
 from django.db import connection
 from django.db.models import F
+from django.db.models.expressions import RawSQL
 
 from ctxadmin.models import App
+from sessions_app import state as scopes
+from sessions_app import store
 from sessions_app.events import FUNCTION_CALL, FUNCTION_RESPONSE, KIND_BITS
-from sessions_app.models import Event, Session
-
-EVENT_COLUMNS = (
-    "event_id",
-    "seq",
-    "invocation_id",
-    "author",
-    "content",
-    "turn_complete",
-    "actions",
-    "timestamp",
-    "usage_metadata",
-    "custom_metadata",
-    "byte_size",
-    "token_estimate",
-    "content_hash",
-)
 
 
 def scope_states(app: App, user_id: str) -> tuple[dict, dict]:
@@ -38,68 +24,79 @@ def scope_states(app: App, user_id: str) -> tuple[dict, dict]:
             [app.pk, app.pk, user_id],
         )
         rows = dict(cursor.fetchall())
-    return _json(rows.get("app")), _json(rows.get("user"))
+    return store.decode(rows.get("app")) or {}, store.decode(rows.get("user")) or {}
 
 
-def _json(value) -> dict:
-    if value is None:
-        return {}
-    if isinstance(value, str):  # a raw cursor may hand jsonb back as text
-        import json
-
-        return json.loads(value)
-    return value
-
-
-def event_dict(row: dict) -> dict:
-    """The API representation of a stored event (from ``values()`` or a model's fields)."""
+def session_with_state(app: App, user_id: str, session_id: str) -> dict | None:
+    """The session's summary and merged state (its own, ``app:`` and ``user:``), one query."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT s.id, s.revision, s.event_count, to_json(s.created_at) #>> '{}',
+                   to_json(s.updated_at) #>> '{}', s.state,
+                   (SELECT a.state FROM sessions_app_appstate a WHERE a.app_id = s.app_id),
+                   (SELECT u.state FROM sessions_app_userstate u
+                     WHERE u.app_id = s.app_id AND u.user_id = s.user_id)
+              FROM sessions_app_session s
+             WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s
+            """,
+            [app.pk, user_id, session_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    pk, revision, event_count, created, updated, state, app_state, user_state = row
     return {
-        "event_id": row["event_id"],
-        "seq": row["seq"],
-        "invocation_id": row["invocation_id"],
-        "author": row["author"],
-        "content": row["content"],
-        "partial": False,
-        "turn_complete": row["turn_complete"],
-        "actions": row["actions"],
-        "timestamp": row["timestamp"].isoformat(),
-        "usage_metadata": row["usage_metadata"],
-        "custom_metadata": row["custom_metadata"],
-        "byte_size": row["byte_size"],
-        "token_estimate": row["token_estimate"],
-        "content_hash": row["content_hash"],
-        "stored": True,
+        "pk": pk,
+        "session_id": session_id,
+        "user_id": user_id,
+        "revision": revision,
+        "event_count": event_count,
+        "created_at": created,
+        "updated_at": updated,
+        "app": app.name,
+        "state": scopes.merged(
+            store.decode(state), store.decode(app_state) or {}, store.decode(user_state) or {}
+        ),
     }
 
 
-def get_session(app: App, user_id: str, session_id: str) -> Session | None:
-    return Session.objects.filter(app=app, user_id=user_id, session_id=session_id).first()
-
-
-def session_events(
-    session: Session,
+def session_events_json(
+    session_pk: int,
     *,
     num_recent_events: int | None,
     after_timestamp: datetime | None,
     cap: int,
-) -> tuple[list[dict], bool]:
-    """Events in seq order: those at or after ``after_timestamp``, then the newest
-    ``num_recent_events`` of them (ADK semantics; 0 means none). Returns (events, complete):
-    at most ``cap`` events are returned, the newest, and ``complete`` says whether that was
-    all of them."""
+) -> tuple[list[str], bool]:
+    """Events in seq order, as JSON texts: those at or after ``after_timestamp``, then the
+    newest ``num_recent_events`` of them (ADK semantics; 0 means none). At most ``cap`` come
+    back, the newest; ``complete`` says whether that was all of them."""
     if num_recent_events == 0:
         return [], True
-    queryset = Event.objects.filter(session=session)
-    if after_timestamp is not None:
-        queryset = queryset.filter(timestamp__gte=after_timestamp)
     wanted = num_recent_events
     limit = cap if wanted is None else min(cap, wanted)
-    rows = list(queryset.order_by("-seq").values(*EVENT_COLUMNS)[: limit + 1])
+    since = "AND timestamp >= %s" if after_timestamp is not None else ""
+    params: list = [session_pk] + ([after_timestamp] if after_timestamp is not None else [])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # JSON is built only for the rows the LIMIT keeps, whatever plan is chosen.
+            f"SELECT {store.EVENT_JSON_SQL} FROM (SELECT * FROM sessions_app_event "  # noqa: S608
+            f"WHERE session_id = %s {since} ORDER BY seq DESC LIMIT %s) newest ORDER BY seq DESC",
+            [*params, limit + 1],
+        )
+        rows = [row[0] for row in cursor.fetchall()]
     # Incomplete only when the cap, not the caller's N, cut the list short.
     complete = len(rows) <= limit or (wanted is not None and wanted <= cap)
     rows = rows[:limit]
     rows.reverse()
-    return [event_dict(row) for row in rows], complete
+    return rows, complete
+
+
+def events_as_json(queryset):
+    """``values("seq", "doc")`` rows: the seq (for the cursor) and the event as API JSON."""
+    return queryset.annotate(
+        doc=RawSQL(store.EVENT_JSON_SQL, ())  # noqa: S611 - a constant, no input
+    ).values("seq", "doc")
 
 
 def filter_events(

@@ -14,17 +14,10 @@ from ctxadmin.api.errors import ApiError
 from ctxadmin.canonical import canonical_size
 from ctxadmin.models import App
 from sessions_app import state as scopes
-from sessions_app import telemetry
-from sessions_app.events import (
-    EventError,
-    EventLimits,
-    content_hash,
-    derive,
-    estimate_tokens,
-    validate_event,
-)
-from sessions_app.models import AppState, Event, Session, UserState
-from sessions_app.selectors import event_dict, scope_states
+from sessions_app import store, telemetry
+from sessions_app.events import EventError, EventLimits, content_hash, derive, validate_event
+from sessions_app.models import Session
+from sessions_app.selectors import scope_states
 
 
 def event_limits() -> EventLimits:
@@ -54,23 +47,6 @@ def _check_state_size(state: dict, path: str) -> None:
         )
 
 
-def _apply_scope_deltas(app: App, user_id: str, delta: scopes.ScopedDelta) -> None:
-    """Lock and update the app/user state rows — only when the delta touches them, so
-    appends without such keys never wait on each other (lock order: app, then user)."""
-    if delta.app:
-        AppState.objects.bulk_create([AppState(app=app)], ignore_conflicts=True)
-        row = AppState.objects.select_for_update().get(app=app)
-        row.state.update(delta.app)
-        _check_state_size(row.state, "app state")
-        row.save(update_fields=["state", "updated_at"])
-    if delta.user:
-        UserState.objects.bulk_create([UserState(app=app, user_id=user_id)], ignore_conflicts=True)
-        row = UserState.objects.select_for_update().get(app=app, user_id=user_id)
-        row.state.update(delta.user)
-        _check_state_size(row.state, "user state")
-        row.save(update_fields=["state", "updated_at"])
-
-
 def create_session(
     app: App, user_id: str, session_id: str | None, initial_state: dict[str, Any]
 ) -> tuple[Session, dict]:
@@ -84,7 +60,10 @@ def create_session(
             session = Session.objects.create(
                 app=app, user_id=user_id, session_id=session_id, state=delta.session
             )
-            _apply_scope_deltas(app, user_id, delta)
+            if delta.app:
+                _check_state_size(store.merge_app_state(app.pk, delta.app), "app state")
+            if delta.user:
+                _check_state_size(store.merge_user_state(app.pk, user_id, delta.user), "user state")
     except IntegrityError:
         raise ApiError(
             "session_exists",
@@ -150,131 +129,84 @@ def append_events(
     ``event_id`` is stored already comes back as stored when its content is the same, and is
     a 409 ``event_id_conflict`` otherwise. Partial events are validated and returned, never
     stored. ``expected_revision`` turns the append into a compare-and-append.
+
+    Four round trips on the common path: BEGIN, lock (with the scope states and any stored
+    copies of the batch's ids), one statement inserting the events and updating the
+    session, COMMIT.
     """
     events = _validated(raw_events, path)
-    temp: dict[str, Any] = {}  # temp: keys of the events stored now, for the response only
     durable = [event for event in events if not event["partial"]]
     now = timezone.now()
     with transaction.atomic():
-        session = (
-            Session.objects.select_for_update()
-            .filter(app=app, user_id=user_id, session_id=session_id)
-            .first()
-        )
-        if session is None:
+        locked = store.lock_session(app.pk, user_id, session_id, [e["event_id"] for e in durable])
+        if locked is None:
             raise not_found()
-        if expected_revision is not None and expected_revision != session.revision:
+        if expected_revision is not None and expected_revision != locked.revision:
             raise ApiError(
                 "stale_session",
                 "The session has changed since the revision you read; nothing was written.",
                 status_code=409,
                 details={
                     "expected_revision": expected_revision,
-                    "current_revision": session.revision,
+                    "current_revision": locked.revision,
                 },
             )
-        stored = (
-            {
-                row["event_id"]: row
-                for row in Event.objects.filter(
-                    session=session, event_id__in=[event["event_id"] for event in durable]
-                ).values()
-            }
-            if durable
-            else {}
-        )
-        rows: list[Event] = []
-        delta = scopes.ScopedDelta()
+        fresh: list[dict] = []
         for event in durable:
-            previous = stored.get(event["event_id"])
-            if previous is not None:
-                if previous["content_hash"] != event["hash"]:
-                    raise ApiError(
-                        "event_id_conflict",
-                        "An event with this event_id is stored with different content.",
-                        status_code=409,
-                        details={"event_id": event["event_id"]},
-                    )
-                continue
+            previous_hash = locked.stored_hashes.get(event["event_id"])
+            if previous_hash is None:
+                fresh.append(event)
+            elif previous_hash != event["hash"]:
+                raise ApiError(
+                    "event_id_conflict",
+                    "An event with this event_id is stored with different content.",
+                    status_code=409,
+                    details={"event_id": event["event_id"]},
+                )
+        delta = scopes.ScopedDelta()
+        rows: list[store.NewEvent] = []
+        seq = locked.last_seq
+        for event in fresh:
             split = scopes.split_delta(event["actions"].get("state_delta", {}))
             delta.app.update(split.app)
             delta.user.update(split.user)
             delta.session.update(split.session)
-            temp.update(split.temp)
+            delta.temp.update(split.temp)
             if "state_delta" in event["actions"]:
                 kept = scopes.without_temp(event["actions"]["state_delta"])
-                event["actions"] = (
-                    {**event["actions"], "state_delta": kept}
-                    if kept
-                    else {k: v for k, v in event["actions"].items() if k != "state_delta"}
-                )
+                event["actions"] = {k: v for k, v in event["actions"].items() if k != "state_delta"}
+                if kept:
+                    event["actions"]["state_delta"] = kept
             timestamp = event["timestamp"] or now
-            derived = derive(event, timestamp, event["hash"])
-            session.last_seq += 1
+            seq += 1
             rows.append(
-                Event(
-                    session=session,
-                    seq=session.last_seq,
-                    event_id=event["event_id"],
-                    invocation_id=event["invocation_id"],
-                    author=event["author"],
-                    role=(event["content"] or {}).get("role", ""),
-                    content=event["content"],
-                    turn_complete=event["turn_complete"],
-                    actions=event["actions"],
-                    usage_metadata=event["usage_metadata"],
-                    custom_metadata=event["custom_metadata"],
-                    timestamp=timestamp,
-                    kinds=derived.kinds,
-                    call_ids=derived.call_ids,
-                    response_ids=derived.response_ids,
-                    byte_size=derived.byte_size,
-                    context_bytes=derived.context_bytes,
-                    token_estimate=estimate_tokens(derived.byte_size),
-                    content_hash=derived.content_hash,
-                )
+                store.NewEvent(seq, event, timestamp, derive(event, timestamp, event["hash"]))
             )
+        session_state, app_state, user_state = locked.state, locked.app_state, locked.user_state
+        revision = locked.revision
         if rows:
             if delta.session:
-                session.state.update(delta.session)
-                _check_state_size(session.state, "session state")
-            _apply_scope_deltas(app, user_id, delta)
-            Event.objects.bulk_create(rows)
-            telemetry.EVENTS_APPENDED.inc(len(rows))
-            session.revision += 1
-            session.event_count += len(rows)
-            session.total_bytes += sum(row.byte_size for row in rows)
-            session.token_estimate += sum(row.token_estimate for row in rows)
-            session.updated_at = now
-            session.save(
-                update_fields=[
-                    "state",
-                    "revision",
-                    "last_seq",
-                    "event_count",
-                    "total_bytes",
-                    "token_estimate",
-                    "updated_at",
-                ]
-            )
-        app_state, user_state = scope_states(app, user_id)
-
-    by_id = {row.event_id: row for row in rows}
-    returned = []
-    for event in events:
-        if event["partial"]:
-            returned.append(_unstored(event, now))
-        elif event["event_id"] in by_id:
-            returned.append(event_dict(_row_values(by_id[event["event_id"]])))
-        else:
-            returned.append(event_dict(stored[event["event_id"]]))
-    state = scopes.merged(session.state, app_state, user_state)
-    state.update(temp)
-    return AppendResult(events=returned, created=len(rows), revision=session.revision, state=state)
-
-
-def _row_values(row: Event) -> dict:
-    return {field.attname: getattr(row, field.attname) for field in Event._meta.concrete_fields}
+                session_state = {**session_state, **delta.session}
+                _check_state_size(session_state, "session state")
+            if delta.app:
+                app_state = store.merge_app_state(app.pk, delta.app)
+                _check_state_size(app_state, "app state")
+            if delta.user:
+                user_state = store.merge_user_state(app.pk, user_id, delta.user)
+                _check_state_size(user_state, "user state")
+            store.insert_events(locked.pk, rows, session_state, now)
+            revision += 1
+        fresh_ids = {event["event_id"] for event in fresh}
+        repeats = store.stored_events(
+            locked.pk, [e["event_id"] for e in durable if e["event_id"] not in fresh_ids]
+        )
+    if rows:
+        telemetry.EVENTS_APPENDED.inc(len(rows))
+    by_id = {row.event["event_id"]: row.as_dict() for row in rows} | repeats
+    returned = [_unstored(e, now) if e["partial"] else by_id[e["event_id"]] for e in events]
+    state = scopes.merged(session_state, app_state, user_state)
+    state.update(delta.temp)
+    return AppendResult(events=returned, created=len(rows), revision=revision, state=state)
 
 
 def _unstored(event: dict, now) -> dict:

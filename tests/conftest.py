@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 import pytest
 from django.db import connection
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from ctxadmin import stack
@@ -104,3 +105,8 @@ def celery_worker_process(django_db_setup, django_db_blocker, tmp_path_factory):
         yield {"hostname": hostname, "pid": process.pid, "log": log_path}
     finally:
         stack.terminate_group(process, timeout=20)
+
+
+# Property tests are seeded (reproducible in CI) and not timed (timing is for benchmarks).
+hypothesis_settings.register_profile("ctxadmin", derandomize=True, deadline=None)
+hypothesis_settings.load_profile("ctxadmin")

@@ -63,3 +63,29 @@ def test_apps_list(operator, owner, outsider):
     response = operator.get("/admin/ctxadmin/app/")
     assert response.status_code == 200
     assert b"acme" in response.content and b"globex" in response.content
+
+
+def test_session_pages_show_numbers_not_content(operator, owner):
+    client = owner.client()
+    client.post(
+        "/api/v1/apps/acme/users/alice/sessions",
+        {"session_id": "s1", "state": {"k": "state-secret-words"}},
+        format="json",
+    )
+    event = {
+        "author": "user",
+        "content": {"role": "user", "parts": [{"text": "conversation-secret-words"}]},
+    }
+    client.post("/api/v1/apps/acme/users/alice/sessions/s1/events", {"event": event}, format="json")
+    from sessions_app.models import Session
+
+    session = Session.objects.get()
+    for page in (
+        "/admin/sessions_app/session/",
+        f"/admin/sessions_app/session/{session.pk}/change/",
+    ):
+        shown = operator.get(page)
+        assert shown.status_code == 200
+        assert b"s1" in shown.content
+        assert b"conversation-secret-words" not in shown.content
+        assert b"state-secret-words" not in shown.content

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -222,6 +223,15 @@ def test_secrets_never_reach_the_envelope(api):
     # The owner still reads the stored events as sent.
     stored = api.get(f"{sessions_url('acme')}/s/events").json()["results"]
     assert stored[0]["content"]["parts"][0]["function_call"]["args"]["api_key"] == secret
+
+
+def test_the_fingerprint_is_the_sha256_of_the_canonical_envelope(api):
+    seed(api, text("user", "héllo — ünïcode"), call("c1", args={"b": 1, "a": [{"z": 0, "y": 1}]}))
+    body = build(api, instructions="ünï", generation_config={"z": 1, "a": 2}, tools=[{"n": "t"}])
+    canonical = json.dumps(
+        body["envelope"], sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+    assert hashlib.sha256(canonical).hexdigest() == body["context_fingerprint"]
 
 
 def test_fingerprint_is_deterministic_and_ignores_secret_values_only(api):

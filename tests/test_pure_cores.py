@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +14,7 @@ from sessions_app.context.policy import ContextPolicy, IncludeExclude
 from sessions_app.context.select import EventMeta, Overflow, build_units, select_history
 from sessions_app.events import FUNCTION_CALL, FUNCTION_RESPONSE, MODEL_CONTENT, TEXT
 
-BASE = datetime(2026, 1, 1, tzinfo=UTC)
+BASE = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
 
 
 @st.composite
@@ -43,14 +43,14 @@ def histories(draw):
             kinds = 0
         metas.append(
             EventMeta(
-                counter,
-                author,
-                draw(st.sampled_from(["", "i1", "i2"])),
-                kinds,
-                calls,
-                responses,
-                BASE + timedelta(seconds=counter),
-                size,
+                seq=counter,
+                kinds=kinds,
+                call_ids=calls,
+                response_ids=responses,
+                context_bytes=size,
+                author=author,
+                invocation_id=draw(st.sampled_from(["", "i1", "i2"])),
+                timestamp=BASE + counter,
             )
         )
     return metas

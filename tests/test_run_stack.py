@@ -5,76 +5,32 @@ clean stop on SIGTERM and SIGINT with no process left behind."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
 from ctxadmin import stack
+from ctxadmin.testing.service import ServiceProcess
 
 pytestmark = pytest.mark.e2e
 
 
-class RunningStack:
-    def __init__(self, var: Path, port: int, log: Path):
-        self.var, self.port, self.log = var, port, log
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if key not in {"DATABASE_URL", "CTXADMIN_CELERY_QUEUE", "PROMETHEUS_MULTIPROC_DIR"}
-        }
-        self.env = {
-            **env,
-            "CTXADMIN_VAR_DIR": str(var),
-            "PORT": str(port),
-            "CTXADMIN_WEB_WORKERS": "2",
-            "CTXADMIN_WORKER_CONCURRENCY": "1",
-        }
-        self.env.pop("SECRET_KEY", None)  # run generates var/secret_key
-        self.handle = log.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "run"],
-            cwd=stack.PROJECT_DIR,
-            env=self.env,
-            stdout=self.handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self.base_url = f"http://127.0.0.1:{port}"
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
+class RunningStack(ServiceProcess):
     def wait_up(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while "ctxadmin is up at" not in self.output():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the stack did not come up:\n{self.output()[-5000:]}")
-            time.sleep(0.5)
-
-    def descendants(self) -> list[psutil.Process]:
-        found = psutil.Process(self.process.pid).children(recursive=True)
-        pid_file = self.var / "pgdata" / "postmaster.pid"
-        if pid_file.exists():
-            found.append(psutil.Process(int(pid_file.read_text().split()[0])))
-        return found
+        try:
+            super().wait_up(timeout)
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
 
     def stop(self, signum: int) -> int:
-        processes = self.descendants()
-        assert processes, "expected child processes"
-        self.process.send_signal(signum)
-        code = self.process.wait(90)
-        self.handle.close()
-        _gone, alive = psutil.wait_procs(processes, timeout=10)
-        assert not alive, f"left behind: {[p.info if hasattr(p, 'info') else p for p in alive]}"
+        assert self.process.poll() is None, "the service exited by itself"
+        code, alive = super().stop(signum)
+        assert not alive, f"left behind: {alive}"
         return code
 
 

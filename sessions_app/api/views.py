@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from django.conf import settings
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -181,23 +183,22 @@ class SessionDetailView(SessionsScopedView):
         responses={200: ref("Session")},
     )
     def get(self, request, app, user, sid):
-        session = self.session_or_404(sid)
-        events, complete = selectors.session_events(
-            session,
-            num_recent_events=_int_param(request, "num_recent_events"),
-            after_timestamp=_timestamp_param(request, "after_timestamp"),
+        num_recent_events = _int_param(request, "num_recent_events")
+        after_timestamp = _timestamp_param(request, "after_timestamp")
+        session = selectors.session_with_state(self.tenant, user, sid)
+        if session is None:
+            raise services.not_found()
+        events, complete = selectors.session_events_json(
+            session.pop("pk"),
+            num_recent_events=num_recent_events,
+            after_timestamp=after_timestamp,
             cap=settings.CTXADMIN_SESSION_EVENTS_MAX,
         )
-        app_state, user_state = selectors.scope_states(self.tenant, user)
-        return Response(
-            {
-                **session_summary(session),
-                "app": self.tenant.name,
-                "state": scopes.merged(session.state, app_state, user_state),
-                "events": events,
-                "events_complete": complete,
-            }
-        )
+        session["events_complete"] = complete
+        # The events arrive as JSON text from PostgreSQL and are spliced in as they are.
+        head = json.dumps(session, ensure_ascii=False, separators=(",", ":"))
+        body = f'{head[:-1]},"events":[{",".join(events)}]}}'
+        return HttpResponse(body.encode("utf-8"), content_type="application/json")
 
     @extend_schema(operation_id="sessions_delete", responses={204: None})
     def delete(self, request, app, user, sid):
@@ -266,8 +267,12 @@ class EventListView(SessionsScopedView):
             final_only=_bool_param(request, "final_only"),
         )
         _bool_param(request, "include_hidden")  # validated; nothing is hidden without compaction
-        page = self.paginate_queryset(queryset.values(*selectors.EVENT_COLUMNS))
-        return self.get_paginated_response([selectors.event_dict(row) for row in page])
+        page = self.paginate_queryset(selectors.events_as_json(queryset))
+        links = json.dumps(
+            {"next": self.paginator.get_next_link(), "previous": self.paginator.get_previous_link()}
+        )
+        body = f'{{"results":[{",".join(row["doc"] for row in page)}],{links[1:]}'
+        return HttpResponse(body.encode("utf-8"), content_type="application/json")
 
     @extend_schema(
         operation_id="events_append",
@@ -320,7 +325,8 @@ class ContextView(SessionsScopedView):
     def post(self, request, app, user, sid):
         context_request = parse_request(request.data)  # before any event is read
         session = self.session_or_404(sid)
-        return Response(build_context(session, context_request))
+        built = build_context(session, context_request)
+        return HttpResponse(built.response_json(), content_type="application/json")
 
 
 class UserStateView(SessionsScopedView):

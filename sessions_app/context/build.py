@@ -6,18 +6,20 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from itertools import starmap
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 
 from ctxadmin.api.errors import ApiError
-from ctxadmin.canonical import canonical_size
+from ctxadmin.canonical import canonical_json, canonical_size
 from sessions_app import telemetry
 from sessions_app.context import envelope as env
 from sessions_app.context.policy import ContextPolicy, PolicyError, parse_policy
-from sessions_app.context.select import META_FIELDS, EventMeta, Overflow, select_history
-from sessions_app.events import EventError, estimate_tokens, history_item, validate_content
-from sessions_app.models import Event, Session
+from sessions_app.context.select import EventMeta, Overflow, select_history
+from sessions_app.events import EventError, estimate_tokens, validate_content
+from sessions_app.models import Session
 from sessions_app.services import event_limits, invalid
 
 logger = logging.getLogger("ctxadmin.context")
@@ -97,7 +99,7 @@ def _budget_error(
     )
 
 
-def build_context(session: Session, request: ContextRequest) -> dict:
+def build_context(session: Session, request: ContextRequest) -> BuiltContext:
     started = time.perf_counter()
     policy = request.policy
     parts = env.fixed_parts(
@@ -121,10 +123,7 @@ def build_context(session: Session, request: ContextRequest) -> dict:
             "request",
         )
 
-    metas = [
-        EventMeta._make(row)
-        for row in Event.objects.filter(session=session).order_by("seq").values_list(*META_FIELDS)
-    ]
+    metas = event_metas(session.pk, policy)
     try:
         selection = select_history(
             metas,
@@ -155,8 +154,8 @@ def build_context(session: Session, request: ContextRequest) -> dict:
         ) from None
 
     history = _history(session, [metas[i].seq for i in selection.indices])
-    envelope = env.assemble(parts, history)
-    fingerprint = env.envelope_fingerprint(envelope)
+    envelope_json = env.assemble(parts, history)
+    fingerprint = env.envelope_fingerprint(envelope_json)
     accounting = env.accounting(
         sizes, selection.history_bytes, len(history), policy.bytes_per_token
     )
@@ -174,41 +173,64 @@ def build_context(session: Session, request: ContextRequest) -> dict:
     telemetry.record_build(
         session, counts, accounting, fingerprint, selection.truncated, elapsed_ms
     )
-    return {
-        "envelope": envelope,
-        "accounting": {
+    return BuiltContext(
+        envelope_json=envelope_json,
+        accounting={
             "events": counts,
             **accounting,
             "bytes_per_token": policy.bytes_per_token,
             "truncated": selection.truncated,
             "build_ms": round(elapsed_ms, 3),
         },
-        "context_fingerprint": fingerprint,
-    }
+        fingerprint=fingerprint,
+    )
 
 
-def _history(session: Session, seqs: list[int]) -> list[dict]:
+@dataclass(frozen=True)
+class BuiltContext:
+    envelope_json: bytes  # canonical
+    accounting: dict
+    fingerprint: str
+
+    def response_json(self) -> bytes:
+        """The response body: the envelope goes out as the bytes that were fingerprinted."""
+        return (
+            b'{"envelope":'
+            + self.envelope_json
+            + b',"accounting":'
+            + canonical_json(self.accounting)
+            + b',"context_fingerprint":"'
+            + self.fingerprint.encode("ascii")
+            + b'"}'
+        )
+
+
+def event_metas(session_pk: int, policy: ContextPolicy) -> list[EventMeta]:
+    """Every event's selection metadata, never content. Authors, invocation ids and times are
+    read only when the policy filters on them: per-value decoding is most of the cost."""
+    columns = ["seq", "kinds", "call_ids", "response_ids", "context_bytes"]
+    if policy.filters_on_identity or policy.filters_on_time:
+        columns += ["author", "invocation_id"]
+    if policy.filters_on_time:
+        columns.append("date_part('epoch', timestamp)")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(columns)} FROM sessions_app_event "  # noqa: S608 - constants
+            "WHERE session_id = %s ORDER BY seq",
+            [session_pk],
+        )
+        return list(starmap(EventMeta, cursor.fetchall()))
+
+
+def _history(session: Session, seqs: list[int]) -> list[str]:
+    """The selected events' precomputed history items, read in one range scan."""
     if not seqs:
         return []
     wanted = set(seqs)
-    rows = (
-        Event.objects.filter(session=session, seq__gte=seqs[0], seq__lte=seqs[-1])
-        .order_by("seq")
-        .values_list(
-            "seq", "event_id", "invocation_id", "author", "timestamp", "content", "actions"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, context_json FROM sessions_app_event "
+            "WHERE session_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
+            [session.pk, seqs[0], seqs[-1]],
         )
-    )
-    return [
-        history_item(
-            {
-                "event_id": event_id,
-                "invocation_id": invocation_id,
-                "author": author,
-                "content": content,
-                "actions": actions,
-            },
-            timestamp,
-        )
-        for seq, event_id, invocation_id, author, timestamp, content, actions in rows
-        if seq in wanted
-    ]
+        return [item for seq, item in cursor.fetchall() if seq in wanted]

@@ -9,9 +9,10 @@ such as ``password``), and the fingerprint is the SHA-256 of the canonical envel
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
-from ctxadmin.canonical import canonical_size, fingerprint
+from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.pruning import prune_secrets
 from sessions_app.events import estimate_tokens
 
@@ -60,15 +61,18 @@ def fixed_sizes(parts: dict[str, Any]) -> dict[str, int]:
     return sizes
 
 
-def assemble(parts: dict[str, Any], history: list[dict]) -> dict[str, Any]:
-    return {
-        "instructions": parts["instructions"],
-        "generation_config": parts["generation_config"],
-        "tools": parts["tools"],
-        "history": history,
-        "memory": parts["memory"],
-        "current_input": parts["current_input"],
-    }
+def assemble(parts: dict[str, Any], history_json: list[str]) -> bytes:
+    """The canonical JSON of the envelope. History items arrive already canonical (computed
+    at append), so they are spliced in as text: the result equals ``canonical_json`` of the
+    whole envelope without decoding or re-encoding any event."""
+    members = []
+    for key in sorted([*parts, "history"]):
+        if key == "history":
+            value = "[" + ",".join(history_json) + "]"
+        else:
+            value = canonical_json(parts[key]).decode("utf-8")
+        members.append(f"{canonical_json(key).decode('utf-8')}:{value}")
+    return ("{" + ",".join(members) + "}").encode("utf-8")
 
 
 def accounting(
@@ -85,5 +89,6 @@ def accounting(
     }
 
 
-def envelope_fingerprint(envelope: dict[str, Any]) -> str:
-    return fingerprint(envelope)
+def envelope_fingerprint(envelope_json: bytes) -> str:
+    """SHA-256 of the canonical envelope: the same logical input gives the same value."""
+    return hashlib.sha256(envelope_json).hexdigest()

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sessions_app.events import CONTENT_TYPES, KIND_BITS, EventError, parse_timestamp
@@ -57,8 +56,8 @@ class ContextPolicy:
     invocation_ids: IncludeExclude = IncludeExclude()
     content_include_mask: int | None = None  # an event passes with any included kind
     content_exclude_mask: int = 0  # an event fails with any excluded kind
-    timestamp_from: datetime | None = None
-    timestamp_to: datetime | None = None
+    timestamp_from: float | None = None  # seconds since the epoch, inclusive
+    timestamp_to: float | None = None
     include_partial: bool = False
     final_only: bool = False
     max_bytes: int | None = None
@@ -68,6 +67,15 @@ class ContextPolicy:
     bytes_per_token: int = 4
     max_input_events: int | None = None
     overflow: str = "error"
+
+    @property
+    def filters_on_identity(self) -> bool:
+        """Whether selection needs authors and invocation ids."""
+        return self.authors != IncludeExclude() or self.invocation_ids != IncludeExclude()
+
+    @property
+    def filters_on_time(self) -> bool:
+        return self.timestamp_from is not None or self.timestamp_to is not None
 
     @property
     def has_filters(self) -> bool:
@@ -186,9 +194,11 @@ def parse_policy(raw: Any, path: str = "policy") -> ContextPolicy:
         window = _object(filters["timestamp"], where, {"from", "to"})
         try:
             if window.get("from") is not None:
-                fields["timestamp_from"] = parse_timestamp(window["from"], f"{where}.from")
+                fields["timestamp_from"] = parse_timestamp(
+                    window["from"], f"{where}.from"
+                ).timestamp()
             if window.get("to") is not None:
-                fields["timestamp_to"] = parse_timestamp(window["to"], f"{where}.to")
+                fields["timestamp_to"] = parse_timestamp(window["to"], f"{where}.to").timestamp()
         except EventError as exc:
             raise PolicyError(exc.path, exc.message) from None
         if (

@@ -15,7 +15,6 @@ The result lists indices in the input's (chronological) order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import NamedTuple
 
 from sessions_app.context.policy import ContextPolicy
@@ -23,17 +22,17 @@ from sessions_app.events import FUNCTION_CALL, FUNCTION_RESPONSE
 
 
 class EventMeta(NamedTuple):
+    """What selection needs of an event. The trailing fields matter only to policies that
+    filter on them, so a caller may leave them out (and skip reading them)."""
+
     seq: int
-    author: str
-    invocation_id: str
     kinds: int
     call_ids: list[str] | None
     response_ids: list[str] | None
-    timestamp: datetime
     context_bytes: int
-
-
-META_FIELDS = EventMeta._fields
+    author: str = ""
+    invocation_id: str = ""
+    timestamp: float = 0.0  # seconds since the epoch
 
 
 class Overflow(Exception):
@@ -123,6 +122,17 @@ def select_history(
     kept: list[tuple[int, int, int, int]] = []  # (start, end, bytes, items) of passing units
     filtering = policy.has_filters
     for start, end in build_units(metas):
+        if start == end:  # the common case, kept cheap: one event, no tool pairing
+            meta = metas[start]
+            if not meta.kinds:
+                continue
+            if start < window_start:
+                dropped_window += 1
+            elif filtering and not event_passes(meta, policy):
+                dropped_filter += 1
+            else:
+                kept.append((start, end, meta.context_bytes, 1))
+            continue
         items = [i for i in range(start, end + 1) if metas[i].kinds]
         if not items:
             continue
