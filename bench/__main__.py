@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
+import psutil
 import psycopg
 
 from bench.workload import conversation
@@ -146,9 +147,15 @@ def measure_ctxadmin(service: ServiceProcess, api: Api, args) -> dict:
     ]
     for worker in workers:
         worker.start()
+    cpu_before = service_cpu_seconds(service)
     barrier.wait()
     started = time.perf_counter()
     finished = max(ends.get(timeout=600) for _ in workers)
+    cpu_after = service_cpu_seconds(service)
+    results["append_concurrent_4_cpu_ms_per_event"] = {
+        part: round((cpu_after[part] - cpu_before.get(part, 0)) * 1000 / (4 * per_session), 2)
+        for part in cpu_after
+    }
     for worker in workers:
         worker.join()
     results["append_concurrent_4_eps"] = round(4 * per_session / (finished - started), 1)
@@ -208,6 +215,23 @@ def measure_ctxadmin(service: ServiceProcess, api: Api, args) -> dict:
 
     results["list_first_page_ms"] = timed_ms(first_page, 50)
     return results
+
+
+def service_cpu_seconds(service: ServiceProcess) -> dict[str, float]:
+    """CPU time used so far by the web processes and by PostgreSQL (all its backends)."""
+    totals = {"web": 0.0, "postgres": 0.0}
+    for process in service.descendants():  # gunicorn's master and workers are among them
+        try:
+            if "gunicorn" in " ".join(process.cmdline()):
+                times = process.cpu_times()
+                totals["web"] += times.user + times.system
+            elif process.name() == "postgres":  # the postmaster: its backends are its children
+                for member in [process, *process.children(recursive=True)]:
+                    times = member.cpu_times()
+                    totals["postgres"] += times.user + times.system
+        except psutil.Error:
+            continue
+    return totals
 
 
 def seed_sessions(database_url: str, app_name: str, user: str, count: int) -> None:
@@ -381,6 +405,12 @@ appenders are 4 client processes), every request authenticated with an API key.
 | measure | ctxadmin | ADK | ratio (ctxadmin/ADK, higher is better) | target | met |
 | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
+
+Server CPU per appended event while the 4 appenders ran: web workers
+{ours["append_concurrent_4_cpu_ms_per_event"]["web"]} ms, PostgreSQL
+{ours["append_concurrent_4_cpu_ms_per_event"]["postgres"]} ms. With the clients on the same
+2 cores, that CPU is the ceiling of concurrent single-event appends here; batches are how a
+busy writer goes faster (one round trip and one transaction per batch).
 
 The conversation is the same on both sides: turns alternate `user, call, response, model`
 and `user, model` (text of 200-600 bytes; a function call and its response per tool unit);

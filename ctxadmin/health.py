@@ -12,7 +12,7 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from ctxadmin.api.errors import error_response
@@ -120,6 +120,13 @@ class TenancyCollector:
         yield keys
 
 
+class _ProcessMetrics:
+    """This process's own counters (one process: no multiprocess directory to read)."""
+
+    def collect(self):
+        yield from REGISTRY.collect()
+
+
 def _registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -127,10 +134,7 @@ def _registry() -> CollectorRegistry:
 
         multiprocess.MultiProcessCollector(registry)
     else:
-        from ctxadmin import telemetry
-
-        registry.register(telemetry.HTTP_REQUESTS)
-        registry.register(telemetry.HTTP_LATENCY)
+        registry.register(_ProcessMetrics())
     registry.register(TenancyCollector())
     return registry
 

@@ -273,3 +273,20 @@ def test_final_only_and_invocation_filters(api):
     assert history_texts(build(api, policy={"filters": {"final_only": True}})) == ["q", "a", "q2"]
     only = build(api, policy={"filters": {"invocation_ids": {"include": ["i2"]}}})
     assert history_texts(only) == ["q2"]
+
+
+def test_each_build_emits_content_free_telemetry(api, caplog, client):
+    seed(api, text("user", "telemetry-secret-words"), call("c1", args={"q": "more-secret-words"}))
+    with caplog.at_level("INFO", logger="ctxadmin.context"):
+        body = build(api, instructions="instruction-secret-words")
+    [record] = [r for r in caplog.records if r.getMessage() == "context_built"]
+    assert record.context_fingerprint == body["context_fingerprint"]
+    assert record.events["selected"] == 2
+    assert record.bytes["total"] == body["accounting"]["bytes"]["total"]
+    from ctxadmin.telemetry import JsonFormatter
+
+    line = JsonFormatter().format(record)
+    assert "secret-words" not in line
+    metrics = client.get("/metrics").content.decode()
+    assert 'ctxadmin_context_builds_total{outcome="ok"}' in metrics
+    assert "secret-words" not in metrics

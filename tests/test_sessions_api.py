@@ -202,3 +202,14 @@ def test_invalid_user_segment(api):
     response = api.get("/api/v1/apps/acme/users/-bad/sessions")
     assert response.status_code == 400
     assert response.json()["error"]["details"] == {"parameter": "user"}
+
+
+def test_get_returns_at_most_the_cap_and_says_so(api, settings):
+    settings.CTXADMIN_SESSION_EVENTS_MAX = 3
+    create(api, session_id="cap")
+    append(api, "cap", *[text("user", f"m{i}") for i in range(5)])
+    body = api.get(f"{sessions_url('acme')}/cap").json()
+    assert [e["content"]["parts"][0]["text"] for e in body["events"]] == ["m2", "m3", "m4"]
+    assert body["events_complete"] is False
+    recent = api.get(f"{sessions_url('acme')}/cap?num_recent_events=2").json()
+    assert recent["events_complete"] is True and len(recent["events"]) == 2
