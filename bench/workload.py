@@ -11,18 +11,7 @@ import random
 import uuid
 from collections.abc import Iterator
 
-from bench.adk_peer import _WORDS, AGENT, TOOLS
-
-
-def _text(rng: random.Random, low: int = 200, high: int = 600) -> str:
-    target = rng.randint(low, high)
-    words: list[str] = []
-    size = 0
-    while size < target:
-        word = rng.choice(_WORDS)
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)[:target]
+from bench.adk_peer import _WORDS, AGENT, TOOLS, _text
 
 
 def conversation(rng: random.Random, count: int, tag: str) -> Iterator[dict]:

@@ -135,6 +135,20 @@ def append_events(
     session, COMMIT.
     """
     events = _validated(raw_events, path)
+    try:
+        return _append_once(app, user_id, session_id, events, expected_revision)
+    except IntegrityError as exc:
+        # Two requests sent one event_id at once: the second locked the session after the
+        # first committed, but its statement snapshot predates that event. Once more, it
+        # sees the stored event and takes the idempotent path (or reports the conflict).
+        if "event_unique_id" not in str(exc):
+            raise
+        return _append_once(app, user_id, session_id, events, expected_revision)
+
+
+def _append_once(
+    app: App, user_id: str, session_id: str, events: list[dict], expected_revision: int | None
+) -> AppendResult:
     durable = [event for event in events if not event["partial"]]
     now = timezone.now()
     with transaction.atomic():
@@ -172,15 +186,16 @@ def append_events(
             delta.user.update(split.user)
             delta.session.update(split.session)
             delta.temp.update(split.temp)
-            if "state_delta" in event["actions"]:
-                kept = scopes.without_temp(event["actions"]["state_delta"])
-                event["actions"] = {k: v for k, v in event["actions"].items() if k != "state_delta"}
-                if kept:
-                    event["actions"]["state_delta"] = kept
+            stored = {k: v for k, v in event.items() if k != "actions"}
+            stored["actions"] = {k: v for k, v in event["actions"].items() if k != "state_delta"}
+            if split.app or split.user or split.session:  # temp: keys are never stored
+                stored["actions"]["state_delta"] = scopes.without_temp(
+                    event["actions"]["state_delta"]
+                )
             timestamp = event["timestamp"] or now
             seq += 1
             rows.append(
-                store.NewEvent(seq, event, timestamp, derive(event, timestamp, event["hash"]))
+                store.NewEvent(seq, stored, timestamp, derive(stored, timestamp, event["hash"]))
             )
         session_state, app_state, user_state = locked.state, locked.app_state, locked.user_state
         revision = locked.revision

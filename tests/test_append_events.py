@@ -330,3 +330,23 @@ def test_two_writers_with_the_same_revision_one_wins_each_round():
         assert sorted(codes) == [201, 409], (round_number, codes)
     session = Session.objects.get(app=tenant.app)
     assert session.revision == 8 and session.event_count == 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_event_id_sent_concurrently_is_stored_once():
+    tenant = make_tenant("dupes")
+    url = sessions_url("dupes")
+    assert tenant.client().post(url, {"session_id": "s"}, format="json").status_code == 201
+    barrier = threading.Barrier(8)
+    codes: list[int] = []
+
+    def send(index):
+        client = tenant.client()
+        barrier.wait()
+        body = {"event": text("user", "same", event_id="retry-1")}
+        codes.append(client.post(f"{url}/s/events", body, format="json").status_code)
+
+    _threads(8, send)
+    assert sorted(codes) == [200] * 7 + [201]
+    session = Session.objects.get(app=tenant.app)
+    assert session.event_count == 1 and session.revision == 1

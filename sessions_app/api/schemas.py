@@ -45,6 +45,19 @@ _INCLUDE_EXCLUDE = _strict(
 )
 _POSITIVE = {"type": "integer", "minimum": 1}
 
+
+def _page(item: str) -> dict:
+    """A cursor page of ``item``s."""
+    return _strict(
+        {
+            "results": {"type": "array", "items": ref(item)},
+            "next": {"type": "string", "nullable": True},
+            "previous": {"type": "string", "nullable": True},
+        },
+        ["results", "next", "previous"],
+    )
+
+
 COMPONENTS = {
     "Part": {
         "description": "Exactly one of text, function_call, function_response, inline_data, "
@@ -180,22 +193,8 @@ COMPONENTS = {
         },
         ["session_id", "user_id", "app", "revision", "state", "events"],
     ),
-    "SessionPage": _strict(
-        {
-            "results": {"type": "array", "items": ref("SessionSummary")},
-            "next": {"type": "string", "nullable": True},
-            "previous": {"type": "string", "nullable": True},
-        },
-        ["results", "next", "previous"],
-    ),
-    "EventPage": _strict(
-        {
-            "results": {"type": "array", "items": ref("Event")},
-            "next": {"type": "string", "nullable": True},
-            "previous": {"type": "string", "nullable": True},
-        },
-        ["results", "next", "previous"],
-    ),
+    "SessionPage": _page("SessionSummary"),
+    "EventPage": _page("Event"),
     "UserState": _strict(
         {"app": {"type": "string"}, "user_id": {"type": "string"}, "state": _OBJECT}
     ),
