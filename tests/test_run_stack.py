@@ -12,6 +12,7 @@ import sys
 
 import httpx
 import psutil
+import psycopg
 import pytest
 
 from ctxadmin import stack
@@ -92,6 +93,23 @@ def test_run_serves_restarts_on_its_data_and_stops_cleanly(tmp_path):
         )
         assert probe.returncode == 0, probe.stderr
         assert "completed by" in probe.stdout
+
+        # The database drops every connection of the service (a restart, a failover): each
+        # request on a dropped connection is a 503 envelope, and the service recovers alone.
+        with psycopg.connect(first.database_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        codes = []
+        for _ in range(40):
+            response = client.get("/api/v1/apps/demo/", headers=auth)
+            codes.append(response.status_code)
+            if response.status_code == 503:
+                assert response.json()["error"]["code"] == "database_unavailable"
+            if codes[-3:] == [200, 200, 200]:
+                break
+        assert set(codes) <= {200, 503} and codes[-3:] == [200, 200, 200], codes
 
         state = json.loads((var / "stack.json").read_text())
         assert (var / "stack.json").stat().st_mode & 0o077 == 0

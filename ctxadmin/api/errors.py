@@ -11,6 +11,8 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError as DatabaseInterfaceError
+from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -99,6 +101,14 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, RequestDataTooBig):
         exc = request_too_large_error()
+    elif isinstance(exc, DatabaseOperationalError | DatabaseInterfaceError):
+        logger.warning("database_unavailable", extra={"error": type(exc).__name__})
+        exc = ApiError(
+            "database_unavailable",
+            "The database is unavailable; retry shortly.",
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "1"},
+        )
 
     if isinstance(exc, ApiError):
         body = envelope(exc.code, exc.message, exc.details)
