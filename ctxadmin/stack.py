@@ -94,15 +94,6 @@ def free_port(preferred: int | None = None, host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_port(host: str, port: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 # --------------------------------------------------------------------------- PostgreSQL
 
 

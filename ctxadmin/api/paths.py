@@ -25,7 +25,6 @@ _RULES = {
     ),
     "prefix": (re.compile(r"^[a-z0-9]{10}\Z"), "the 10-character prefix of an API key"),
 }
-PATH_PARAMETERS = tuple(_RULES)
 #: name -> (regular expression, description), for the OpenAPI schema.
 PATH_PARAMETER_RULES = {name: (rule[0].pattern, rule[1]) for name, rule in _RULES.items()}
 
@@ -39,7 +38,3 @@ def path_segment_error(name: str, value: str) -> str | None:
     if pattern.match(value):
         return None
     return f"{name} must be {description}"
-
-
-def is_valid_id(value: str) -> bool:
-    return path_segment_error("user", value) is None
