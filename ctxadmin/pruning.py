@@ -28,8 +28,7 @@ SECRET_NAMES = frozenset(
         "passwd",
         "secret",
         "privatekey",
-        "cookie",
-        "setcookie",
+        "cookie",  # also set-cookie: names match by suffix
     }
 )
 _SEPARATORS = re.compile(r"[-_.\s]")

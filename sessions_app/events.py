@@ -301,11 +301,8 @@ class Derived:
     response_ids: list[str] | None
     byte_size: int
     context_json: str  # the history item, pruned and canonical: what every build sends
+    context_bytes: int  # its UTF-8 length, what budgets count
     content_hash: str
-
-    @property
-    def context_bytes(self) -> int:
-        return len(self.context_json.encode("utf-8"))
 
 
 def content_kinds(content: dict | None) -> tuple[int, list[str], list[str]]:
@@ -369,13 +366,15 @@ def derive(event: dict, timestamp: datetime, event_hash: str) -> Derived:
     """Derived columns of ``event`` as stored (``temp:`` state keys already removed);
     ``event_hash`` is the hash of the event as the client sent it."""
     kinds, calls, responses = content_kinds(event["content"])
-    stored = {**identity(event), "timestamp": timestamp.isoformat()}
+    when = timestamp.isoformat()
+    item = canonical_json(history_item(event, when))
     return Derived(
         kinds=kinds,
         call_ids=calls or None,
         response_ids=responses or None,
-        byte_size=canonical_size(stored),
-        context_json=canonical_json(history_item(event, timestamp.isoformat())).decode("utf-8"),
+        byte_size=canonical_size({**identity(event), "timestamp": when}),
+        context_json=item.decode("utf-8"),
+        context_bytes=len(item),
         content_hash=event_hash,
     )
 
