@@ -120,6 +120,17 @@ def _bool(value: Any, path: str) -> bool:
     return value
 
 
+def iso_timestamp(value: datetime) -> str:
+    """ISO 8601 in UTC as PostgreSQL's ``to_json`` writes it (trailing zeros of the fraction
+    dropped), so an event reads the same from the append response and from any later read."""
+    text = value.astimezone(UTC).isoformat()
+    if value.microsecond:
+        head, _, tail = text.partition(".")
+        fraction, zone = tail[:6], tail[6:]
+        text = f"{head}.{fraction.rstrip('0')}{zone}"
+    return text
+
+
 def parse_timestamp(value: Any, path: str = "timestamp") -> datetime:
     """ISO 8601 (with a zone) or seconds since the epoch (ADK's float timestamps)."""
     if isinstance(value, bool):
@@ -366,7 +377,7 @@ def derive(event: dict, timestamp: datetime, event_hash: str) -> Derived:
     """Derived columns of ``event`` as stored (``temp:`` state keys already removed);
     ``event_hash`` is the hash of the event as the client sent it."""
     kinds, calls, responses = content_kinds(event["content"])
-    when = timestamp.isoformat()
+    when = iso_timestamp(timestamp)
     item = canonical_json(history_item(event, when))
     return Derived(
         kinds=kinds,

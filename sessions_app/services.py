@@ -15,7 +15,14 @@ from ctxadmin.canonical import canonical_size
 from ctxadmin.models import App
 from sessions_app import state as scopes
 from sessions_app import store, telemetry
-from sessions_app.events import EventError, EventLimits, content_hash, derive, validate_event
+from sessions_app.events import (
+    EventError,
+    EventLimits,
+    content_hash,
+    derive,
+    iso_timestamp,
+    validate_event,
+)
 from sessions_app.models import Session
 from sessions_app.selectors import scope_states
 
@@ -234,7 +241,7 @@ def _unstored(event: dict, now) -> dict:
         "partial": True,
         "turn_complete": event["turn_complete"],
         "actions": event["actions"],
-        "timestamp": (event["timestamp"] or now).isoformat(),
+        "timestamp": iso_timestamp(event["timestamp"] or now),
         "usage_metadata": event["usage_metadata"],
         "custom_metadata": event["custom_metadata"],
         "stored": False,

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connection
 
-from sessions_app.events import Derived, estimate_tokens
+from sessions_app.events import Derived, estimate_tokens, iso_timestamp
 
 # jsonb arrives as text on Django's connections (its JSONField decodes); decode here.
 _loads = json.loads
@@ -163,7 +163,7 @@ class NewEvent:
             "partial": False,
             "turn_complete": event["turn_complete"],
             "actions": event["actions"],
-            "timestamp": self.timestamp.isoformat(),
+            "timestamp": iso_timestamp(self.timestamp),
             "usage_metadata": event["usage_metadata"],
             "custom_metadata": event["custom_metadata"],
             "byte_size": self.derived.byte_size,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import threading
+from datetime import datetime
 
 import pytest
 from django.db import connections
@@ -69,6 +70,20 @@ class TestAppend:
         assert again["events"] == first["events"]
         assert again["created"] == 0 and again["revision"] == first["revision"]
         assert Event.objects.count() == 1
+
+    @pytest.mark.parametrize(
+        "timestamp",
+        ["2026-01-02T03:04:05.930Z", "2026-01-02T03:04:05Z", "2026-01-02T03:04:05.1+02:00"],
+    )
+    def test_the_append_response_and_later_reads_show_one_timestamp(self, api, timestamp):
+        sent = text("user", "when", event_id="t", timestamp=timestamp)
+        stored = post(api, {"event": sent}, 201).json()["events"][0]
+        again = post(api, {"event": sent}, 200).json()["events"][0]
+        listed = api.get(EVENTS).json()["results"][0]
+        assert stored["timestamp"] == again["timestamp"] == listed["timestamp"]
+        assert datetime.fromisoformat(stored["timestamp"]) == datetime.fromisoformat(
+            timestamp.replace("Z", "+00:00")
+        )
 
     def test_same_id_other_content_conflicts_and_writes_nothing(self, api):
         post(api, {"event": text("user", "once", event_id="dup")}, 201)

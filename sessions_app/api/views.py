@@ -20,7 +20,7 @@ from sessions_app import selectors, services
 from sessions_app import state as scopes
 from sessions_app.api.schemas import ref
 from sessions_app.context.build import build_context, parse_request
-from sessions_app.events import CONTENT_TYPES, EventError, parse_timestamp
+from sessions_app.events import CONTENT_TYPES, EventError, iso_timestamp, parse_timestamp
 from sessions_app.models import Event, Session
 
 JSON = "application/json"
@@ -94,8 +94,8 @@ def session_summary(session: Session) -> dict:
         "user_id": session.user_id,
         "revision": session.revision,
         "event_count": session.event_count,
-        "created_at": session.created_at.isoformat(),
-        "updated_at": session.updated_at.isoformat(),
+        "created_at": iso_timestamp(session.created_at),
+        "updated_at": iso_timestamp(session.updated_at),
     }
 
 
