@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -153,13 +153,103 @@ def append_events(
         return _append_once(app, user_id, session_id, events, expected_revision)
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A durable event ready to store: ``temp:`` keys gone, its state delta split by scope."""
+
+    event: dict
+    row: store.NewEvent
+    delta: scopes.ScopedDelta
+
+
+def _prepare(durable: list[dict], now) -> list[_Prepared]:
+    prepared = []
+    for event in durable:
+        split = scopes.split_delta(event["actions"].get("state_delta", {}))
+        stored = {k: v for k, v in event.items() if k != "actions"}
+        stored["actions"] = {k: v for k, v in event["actions"].items() if k != "state_delta"}
+        if split.app or split.user or split.session:  # temp: keys are never stored
+            stored["actions"]["state_delta"] = scopes.without_temp(event["actions"]["state_delta"])
+        timestamp = event["timestamp"] or now
+        row = store.NewEvent(0, stored, timestamp, derive(stored, timestamp, event["hash"]))
+        prepared.append(_Prepared(event, row, split))
+    return prepared
+
+
+def _combined(prepared: list[_Prepared]) -> scopes.ScopedDelta:
+    delta = scopes.ScopedDelta()
+    for item in prepared:
+        delta.app.update(item.delta.app)
+        delta.user.update(item.delta.user)
+        delta.session.update(item.delta.session)
+        delta.temp.update(item.delta.temp)
+    return delta
+
+
 def _append_once(
     app: App, user_id: str, session_id: str, events: list[dict], expected_revision: int | None
 ) -> AppendResult:
-    durable = [event for event in events if not event["partial"]]
     now = timezone.now()
+    prepared = _prepare([event for event in events if not event["partial"]], now)
+    delta = _combined(prepared)
+    if prepared and not delta.app and not delta.user:
+        result = _append_in_one_statement(
+            app, user_id, session_id, events, prepared, delta, expected_revision, now
+        )
+        if result is not None:
+            return result
+    return _append_locked(app, user_id, session_id, events, prepared, expected_revision, now)
+
+
+def _append_in_one_statement(
+    app: App,
+    user_id: str,
+    session_id: str,
+    events: list[dict],
+    prepared: list[_Prepared],
+    delta: scopes.ScopedDelta,
+    expected_revision: int | None,
+    now,
+) -> AppendResult | None:
+    """The common append (new events, no ``app:``/``user:`` deltas) in one round trip; None
+    when it needs the locking path (a repeated id, a stale revision, a large state)."""
+    outcome = store.append_in_one_statement(
+        app.pk,
+        user_id,
+        session_id,
+        [item.row for item in prepared],
+        delta.session,
+        expected_revision,
+        settings.CTXADMIN_MAX_STATE_BYTES,
+        now,
+    )
+    if not outcome.found:
+        raise not_found()
+    if not outcome.applied:
+        return None
+    first_seq = outcome.last_seq - len(prepared)
+    by_id = {
+        item.event["event_id"]: replace(item.row, seq=first_seq + number).as_dict()
+        for number, item in enumerate(prepared, start=1)
+    }
+    return _result(events, by_id, len(prepared), outcome.revision, outcome, delta, now)
+
+
+def _append_locked(
+    app: App,
+    user_id: str,
+    session_id: str,
+    events: list[dict],
+    prepared: list[_Prepared],
+    expected_revision: int | None,
+    now,
+) -> AppendResult:
+    """Lock the session row, then decide: stale, repeated (idempotent or conflicting) ids,
+    state size; then insert. BEGIN, lock, insert, COMMIT (plus an upsert per changed scope)."""
     with transaction.atomic():
-        locked = store.lock_session(app.pk, user_id, session_id, [e["event_id"] for e in durable])
+        locked = store.lock_session(
+            app.pk, user_id, session_id, [item.event["event_id"] for item in prepared]
+        )
         if locked is None:
             raise not_found()
         if expected_revision is not None and expected_revision != locked.revision:
@@ -172,63 +262,63 @@ def _append_once(
                     "current_revision": locked.revision,
                 },
             )
-        fresh: list[dict] = []
-        for event in durable:
-            previous_hash = locked.stored_hashes.get(event["event_id"])
+        fresh: list[_Prepared] = []
+        repeated: list[str] = []
+        for item in prepared:
+            event_id = item.event["event_id"]
+            previous_hash = locked.stored_hashes.get(event_id)
             if previous_hash is None:
-                fresh.append(event)
-            elif previous_hash != event["hash"]:
+                fresh.append(item)
+            elif previous_hash != item.event["hash"]:
                 raise ApiError(
                     "event_id_conflict",
                     "An event with this event_id is stored with different content.",
                     status_code=409,
-                    details={"event_id": event["event_id"]},
+                    details={"event_id": event_id},
                 )
-        delta = scopes.ScopedDelta()
-        rows: list[store.NewEvent] = []
-        seq = locked.last_seq
-        for event in fresh:
-            split = scopes.split_delta(event["actions"].get("state_delta", {}))
-            delta.app.update(split.app)
-            delta.user.update(split.user)
-            delta.session.update(split.session)
-            delta.temp.update(split.temp)
-            stored = {k: v for k, v in event.items() if k != "actions"}
-            stored["actions"] = {k: v for k, v in event["actions"].items() if k != "state_delta"}
-            if split.app or split.user or split.session:  # temp: keys are never stored
-                stored["actions"]["state_delta"] = scopes.without_temp(
-                    event["actions"]["state_delta"]
-                )
-            timestamp = event["timestamp"] or now
-            seq += 1
-            rows.append(
-                store.NewEvent(seq, stored, timestamp, derive(stored, timestamp, event["hash"]))
-            )
-        session_state, app_state, user_state = locked.state, locked.app_state, locked.user_state
+            else:
+                repeated.append(event_id)
+        delta = _combined(fresh)
+        rows = [
+            replace(item.row, seq=locked.last_seq + number)
+            for number, item in enumerate(fresh, start=1)
+        ]
+        states = store.ScopeStates(locked.state, locked.app_state, locked.user_state)
         revision = locked.revision
         if rows:
             if delta.session:
-                session_state = {**session_state, **delta.session}
-                _check_state_size(session_state, "session state")
+                states.state = {**states.state, **delta.session}
+                _check_state_size(states.state, "session state")
             if delta.app:
-                app_state = store.merge_app_state(app.pk, delta.app)
-                _check_state_size(app_state, "app state")
+                states.app_state = store.merge_app_state(app.pk, delta.app)
+                _check_state_size(states.app_state, "app state")
             if delta.user:
-                user_state = store.merge_user_state(app.pk, user_id, delta.user)
-                _check_state_size(user_state, "user state")
-            store.insert_events(locked.pk, rows, session_state, now)
+                states.user_state = store.merge_user_state(app.pk, user_id, delta.user)
+                _check_state_size(states.user_state, "user state")
+            store.insert_events(locked.pk, rows, states.state, now)
             revision += 1
-        fresh_ids = {event["event_id"] for event in fresh}
-        repeats = store.stored_events(
-            locked.pk, [e["event_id"] for e in durable if e["event_id"] not in fresh_ids]
-        )
-    if rows:
-        telemetry.EVENTS_APPENDED.inc(len(rows))
-    by_id = {row.event["event_id"]: row.as_dict() for row in rows} | repeats
+        by_id = store.stored_events(locked.pk, repeated)
+    by_id.update((row.event["event_id"], row.as_dict()) for row in rows)
+    return _result(events, by_id, len(rows), revision, states, delta, now)
+
+
+def _result(
+    events: list[dict],
+    by_id: dict[str, dict],
+    created: int,
+    revision: int,
+    states,
+    delta: scopes.ScopedDelta,
+    now,
+) -> AppendResult:
+    """The response: every event of the request in its order (partial ones unstored), and the
+    merged state with this append's ``temp:`` keys."""
+    if created:
+        telemetry.EVENTS_APPENDED.inc(created)
     returned = [_unstored(e, now) if e["partial"] else by_id[e["event_id"]] for e in events]
-    state = scopes.merged(session_state, app_state, user_state)
+    state = scopes.merged(states.state, states.app_state, states.user_state)
     state.update(delta.temp)
-    return AppendResult(events=returned, created=len(rows), revision=revision, state=state)
+    return AppendResult(events=returned, created=created, revision=revision, state=state)
 
 
 def _unstored(event: dict, now) -> dict:

@@ -7,11 +7,12 @@ Django's timestamptz loader parses in Python and would dominate reads of many ev
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from sessions_app.events import Derived, estimate_tokens, iso_timestamp
 
@@ -34,6 +35,15 @@ EVENT_JSON_SQL = (
     "'custom_metadata', custom_metadata, 'byte_size', byte_size, "
     "'token_estimate', token_estimate, 'content_hash', content_hash, 'stored', true)::text"
 )
+
+
+@dataclass
+class ScopeStates:
+    """A session's own state and its app and user scopes (un-prefixed)."""
+
+    state: dict
+    app_state: dict
+    user_state: dict
 
 
 @dataclass(frozen=True)
@@ -128,10 +138,12 @@ class NewEvent:
         return estimate_tokens(self.derived.byte_size)
 
     def params(self, session_pk: int) -> list:
+        return [session_pk, self.seq, *self.columns()]
+
+    def columns(self) -> list:
+        """The event's own column values, from ``event_id`` to ``content_hash``."""
         event, derived = self.event, self.derived
         return [
-            session_pk,
-            self.seq,
             event["event_id"],
             event["invocation_id"],
             event["author"],
@@ -215,6 +227,149 @@ def insert_events(session_pk: int, rows: list[NewEvent], state: dict, now: datet
             """,  # noqa: S608 - only placeholders are interpolated
             params,
         )
+
+
+# A row of VALUES for the single-statement append: the ordinal in the batch, then the event's
+# own columns (NewEvent.columns).
+_FAST_ROW = (
+    "(%s::int, %s::varchar, %s::varchar, %s::varchar, %s::varchar, %s::jsonb, %s::boolean, "
+    "%s::jsonb, %s::jsonb, %s::jsonb, %s::timestamptz, %s::smallint, %s::varchar[], "
+    "%s::varchar[], %s::int, %s::int, %s::text, %s::int, %s::varchar)"
+)
+
+
+@dataclass(frozen=True)
+class FastAppend:
+    """What the single-statement append saw and did. ``applied`` is false when the session is
+    missing, the revision is stale, a batch id is stored already or the merged session state
+    may be too large: the caller then reports or takes the locking path."""
+
+    found: bool
+    applied: bool
+    revision: int
+    last_seq: int
+    repeated_ids: bool
+    state: dict
+    app_state: dict
+    user_state: dict
+
+
+def append_in_one_statement(
+    app_pk: int,
+    user_id: str,
+    session_id: str,
+    rows: list[NewEvent],
+    session_delta: dict,
+    expected_revision: int | None,
+    state_limit_bytes: int,
+    now: datetime,
+) -> FastAppend:
+    """Lock the session, check the revision and the batch's ids, insert the events and advance
+    the session: one statement, so one round trip and its own transaction (autocommit).
+
+    The lock re-reads the newest session row, so ``seq`` and ``revision`` are exact; a
+    duplicate id committed between the statement's snapshot and the lock is caught by the
+    unique index (the caller retries on the locking path). The merged session state is
+    bounded by the length of its ``jsonb`` text, never shorter than its canonical JSON: a
+    state this check refuses goes to the locking path for the exact check.
+    """
+    values: list = []
+    for ordinal, row in enumerate(rows, start=1):
+        values.append(ordinal)
+        values.extend(row.columns())
+    delta = _dumps(session_delta)
+    # Inside a caller's transaction, a savepoint keeps a unique violation from aborting it.
+    guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with guard, connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH s AS (
+                SELECT id, app_id, user_id, state, revision, last_seq
+                  FROM sessions_app_session
+                 WHERE app_id = %s AND user_id = %s AND session_id = %s
+                   FOR UPDATE
+            ),
+            repeated AS (
+                SELECT EXISTS (
+                    SELECT 1 FROM sessions_app_event e, s
+                     WHERE e.session_id = s.id AND e.event_id = ANY(%s)
+                ) AS any
+            ),
+            ok AS (
+                SELECT s.id, s.revision, s.last_seq, s.state || %s::jsonb AS new_state
+                  FROM s, repeated
+                 WHERE NOT repeated.any
+                   AND (%s::bigint IS NULL OR s.revision = %s::bigint)
+                   AND octet_length((s.state || %s::jsonb)::text) <= %s
+            ),
+            inserted AS (
+                INSERT INTO sessions_app_event
+                    (session_id, seq, event_id, invocation_id, author, role, content,
+                     turn_complete, actions, usage_metadata, custom_metadata, timestamp, kinds,
+                     call_ids, response_ids, byte_size, context_bytes, context_json,
+                     token_estimate, content_hash, created_at)
+                SELECT ok.id, ok.last_seq + v.ordinal, v.event_id, v.invocation_id, v.author,
+                       v.role, v.content, v.turn_complete, v.actions, v.usage_metadata,
+                       v.custom_metadata, v.timestamp, v.kinds, v.call_ids, v.response_ids,
+                       v.byte_size, v.context_bytes, v.context_json, v.token_estimate,
+                       v.content_hash, now()
+                  FROM ok, (VALUES {", ".join([_FAST_ROW] * len(rows))}) AS v
+                       (ordinal, event_id, invocation_id, author, role, content, turn_complete,
+                        actions, usage_metadata, custom_metadata, timestamp, kinds, call_ids,
+                        response_ids, byte_size, context_bytes, context_json, token_estimate,
+                        content_hash)
+                RETURNING 1
+            ),
+            advanced AS (
+                UPDATE sessions_app_session t
+                   SET state = ok.new_state, revision = ok.revision + 1,
+                       last_seq = ok.last_seq + %s, event_count = t.event_count + %s,
+                       total_bytes = t.total_bytes + %s, token_estimate = t.token_estimate + %s,
+                       updated_at = %s
+                  FROM ok
+                 WHERE t.id = ok.id AND (SELECT count(*) FROM inserted) > 0
+             RETURNING t.revision, t.state, t.last_seq
+            )
+            SELECT s.revision, repeated.any, (SELECT revision FROM advanced),
+                   (SELECT state FROM advanced), (SELECT last_seq FROM advanced),
+                   (SELECT a.state FROM sessions_app_appstate a WHERE a.app_id = s.app_id),
+                   (SELECT u.state FROM sessions_app_userstate u
+                     WHERE u.app_id = s.app_id AND u.user_id = s.user_id)
+              FROM s, repeated
+            """,  # noqa: S608 - only placeholders are interpolated
+            [
+                app_pk,
+                user_id,
+                session_id,
+                [row.event["event_id"] for row in rows],
+                delta,
+                expected_revision,
+                expected_revision,
+                delta,
+                state_limit_bytes,
+                *values,
+                len(rows),
+                len(rows),
+                sum(row.derived.byte_size for row in rows),
+                sum(row.token_estimate for row in rows),
+                now,
+            ],
+        )
+        found = cursor.fetchone()
+    if found is None:
+        return FastAppend(False, False, 0, 0, False, {}, {}, {})
+    revision, repeated, new_revision, new_state, last_seq, app_state, user_state = found
+    applied = new_revision is not None
+    return FastAppend(
+        found=True,
+        applied=applied,
+        revision=new_revision if applied else revision,
+        last_seq=last_seq or 0,
+        repeated_ids=repeated,
+        state=decode(new_state) if applied else {},
+        app_state=decode(app_state) or {},
+        user_state=decode(user_state) or {},
+    )
 
 
 def stored_events(session_pk: int, event_ids: list[str]) -> dict[str, dict]:

@@ -9,6 +9,7 @@ from datetime import datetime
 import pytest
 from django.db import connections
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from sessions_app.models import Event, Session
 from tests.conftest import make_tenant
@@ -222,6 +223,63 @@ def test_a_stale_writer_is_rejected_with_nothing_written(api):
     session = Session.objects.get()
     assert session.event_count == 1 and session.state == {} and session.revision == 1
     post(api, {"event": text("user", "b"), "expected_revision": 1}, 201)
+
+
+@pytest.mark.django_db
+class TestStateLimits:
+    """State sizes are canonical JSON bytes, checked after the merge; nothing half-applies."""
+
+    def delta(self, size: int) -> dict:
+        # {"k":"xx..."}: canonical size = 8 + len(value)
+        return {"k": "x" * (size - 8)}
+
+    @override_settings(CTXADMIN_MAX_STATE_BYTES=100)
+    def test_a_session_state_at_the_limit_is_stored(self, api):
+        post(api, {"event": text("user", "a", actions={"state_delta": self.delta(100)})}, 201)
+        assert Session.objects.get().state == self.delta(100)
+
+    @override_settings(CTXADMIN_MAX_STATE_BYTES=100)
+    def test_a_session_state_over_the_limit_writes_nothing(self, api):
+        post(api, {"event": text("user", "a", actions={"state_delta": {"a": 1}})}, 201)
+        error = post(
+            api, {"event": text("user", "b", actions={"state_delta": self.delta(101)})}, 422
+        ).json()["error"]
+        assert error["code"] == "state_too_large"
+        assert error["details"] == {"scope": "session state", "limit_bytes": 100}
+        session = Session.objects.get()
+        assert session.state == {"a": 1} and session.event_count == 1 and session.revision == 1
+
+    @override_settings(CTXADMIN_MAX_STATE_BYTES=100)
+    @pytest.mark.parametrize(("prefix", "scope"), [("app:", "app state"), ("user:", "user state")])
+    def test_an_app_or_user_state_over_the_limit_writes_nothing(self, api, prefix, scope):
+        big = {f"{prefix}k": "x" * 100}
+        error = post(api, {"event": text("user", "b", actions={"state_delta": big})}, 422)
+        assert error.json()["error"]["details"]["scope"] == scope
+        assert Event.objects.count() == 0
+        state = api.get(f"{sessions_url('acme')}/s").json()["state"]
+        assert state == {}
+
+
+@pytest.mark.django_db
+def test_a_plain_append_is_one_statement_after_the_key_lookup(api):
+    post(api, {"event": text("user", "warm")}, 201)  # the key's last use is recorded once
+    with CaptureQueriesContext(connections["default"]) as queries:
+        post(
+            api,
+            {
+                "events": [
+                    text("user", "a", actions={"state_delta": {"topic": "t", "temp:x": 1}}),
+                    call("c1"),
+                    response("c1"),
+                ]
+            },
+            201,
+        )
+    # Inside the test's transaction the statement runs in a savepoint (two more statements).
+    statements = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert len(statements) == 2, statements
+    assert "FROM ctxadmin_apikey" in statements[0]
+    assert "INSERT INTO sessions_app_event" in statements[1]
 
 
 @pytest.mark.django_db
