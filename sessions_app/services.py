@@ -137,9 +137,11 @@ def append_events(
     a 409 ``event_id_conflict`` otherwise. Partial events are validated and returned, never
     stored. ``expected_revision`` turns the append into a compare-and-append.
 
-    Four round trips on the common path: BEGIN, lock (with the scope states and any stored
-    copies of the batch's ids), one statement inserting the events and updating the
-    session, COMMIT.
+    New events without ``app:``/``user:`` deltas (the common case) take one statement in
+    autocommit: lock, id check, insert, advance. Anything else, or what that statement
+    declines (a repeated id, a stale revision, a large state), takes the locking path:
+    BEGIN, lock (with the scope states and stored copies of the batch's ids), the scope
+    upserts, one insert-and-advance statement, COMMIT.
     """
     events = _validated(raw_events, path)
     try:
