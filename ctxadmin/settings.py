@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ctxadmin import stack
 from ctxadmin.env import Env, parse_database_url, validate_redis_url
+from ctxadmin.providers.base import parse_providers
 
 env = Env()
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -127,6 +128,12 @@ CTXADMIN_MAX_CONTEXT_BYTES = env.int(
     "CTXADMIN_MAX_CONTEXT_BYTES", 16 * 1024 * 1024, minimum=1024, maximum=256 * 1024 * 1024
 )
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXADMIN_MAX_BODY_BYTES
+
+# --------------------------------------------------------------------------- model providers
+
+# A JSON object: name -> {"kind", "base_url", "api_key_env"?, "max_output_bytes"?}. Keys stay
+# in the environment (``api_key_env`` names the variable) and are read when a call is made.
+CTXADMIN_PROVIDERS = parse_providers(env.str("CTXADMIN_PROVIDERS"))
 
 # --------------------------------------------------------------------------- Django
 
@@ -260,5 +267,8 @@ LOGGING = {
         # Request bodies never reach a log: Django's request logger prints only status lines.
         "django.request": {"level": "ERROR"},
         "django.db.backends": {"level": "WARNING"},
+        # httpx logs every request's full URL at INFO; a provider URL may carry a token.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
     },
 }
