@@ -80,3 +80,22 @@ def has_secret_keys(value: Any) -> bool:
         elif isinstance(node, list):
             stack.extend(node)
     return False
+
+
+# Text that carries a credential: ``api_key=...``, ``Authorization: Bearer ...``, private-key
+# blocks, cloud access key ids, ``password=...``. Used where free text is kept or quoted.
+_SECRET_TEXT = re.compile(
+    r"(?i)(?:\b(?:api[-_ ]?key|access[-_ ]?token|refresh[-_ ]?token|client[-_ ]?secret"
+    r"|secret[-_ ]?key|password|passwd|pwd|token)\s*[:=]\s*\S{4,})"
+    r"|(?:\bbearer\s+[A-Za-z0-9._~+/=-]{12,})"
+    r"|(?:-----BEGIN (?:[A-Z ]+ )?PRIVATE KEY-----)"
+    r"|(?:\b(?:AKIA|ASIA)[A-Z0-9]{16}\b)"
+    r"|(?:\b(?:sk|pk|rk)-[A-Za-z0-9_-]{20,})"
+    r"|(?:\bgh[pousr]_[A-Za-z0-9]{30,})"
+    r"|(?:\bAIza[0-9A-Za-z_-]{30,})"
+)
+
+
+def looks_like_secret(text: str) -> bool:
+    """Whether free text appears to contain a credential (a cautious, pattern-based check)."""
+    return _SECRET_TEXT.search(text) is not None

@@ -1,0 +1,151 @@
+"""The extractive summarizer: a valid structured summary without a model (pure; offline,
+deterministic).
+
+It keeps what a model cannot recover once the events are gone: the user's requests as
+exact excerpts (a request that looks like it carries a credential becomes an omission
+record), the tools used with their outcomes, the errors, and the latest state of the work —
+merged with the lineage it absorbs, newest kept first when the byte target is tight.
+"""
+
+from __future__ import annotations
+
+from ctxadmin.canonical import canonical_json, canonical_size
+from ctxadmin.pruning import looks_like_secret
+from sessions_app.compaction.engine import SourceEvent, SummaryReply, SummaryRequest
+from sessions_app.compaction.summary import (
+    ITEM_LISTS,
+    MAX_CITATIONS,
+    MAX_ITEMS,
+    MAX_USER_REQUESTS,
+    PROGRESS_KEYS,
+    VERSION,
+)
+
+EXCERPT_CHARS = 280
+OUTCOME_CHARS = 160
+LATEST_CHARS = 400
+
+
+def _excerpt(text: str, limit: int) -> str:
+    """A prefix of ``text`` (so an exact excerpt), cut at a word boundary when it is long."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    return cut[:space] if space > limit // 2 else cut
+
+
+def _brief(value) -> str:
+    raw = canonical_json(value).decode("utf-8")
+    return raw if len(raw) <= OUTCOME_CHARS else raw[: OUTCOME_CHARS - 1] + "…"
+
+
+def _entry(text: str, *event_ids: str) -> dict:
+    ids = list(dict.fromkeys(event_ids))[:MAX_CITATIONS]
+    return {"text": text, "source_event_ids": ids}
+
+
+def _from_events(events: list[SourceEvent]) -> dict:
+    requests: list[dict] = []
+    completed: list[dict] = []
+    errors: list[dict] = []
+    calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, event id)
+    latest: dict | None = None
+    for event in events:
+        if event.is_user:
+            text = event.text
+            if looks_like_secret(text):
+                requests.append({"event_id": event.event_id, "omitted": "secret"})
+            elif text.strip():
+                requests.append(
+                    {"event_id": event.event_id, "excerpt": _excerpt(text, EXCERPT_CHARS)}
+                )
+            continue
+        for call in event.calls:
+            calls[call["id"]] = (call["name"], event.event_id)
+        for response in event.responses:
+            name, call_event = calls.get(response["id"], (response["name"], event.event_id))
+            body = response.get("response")
+            failed = isinstance(body, dict) and ("error" in body or "exception" in body)
+            entry = _entry(f"{name}: {_brief(body)}", call_event, event.event_id)
+            (errors if failed else completed).append(entry)
+        if event.is_final_model:
+            latest = _entry(f"Latest answer: {_excerpt(event.text, LATEST_CHARS)}", event.event_id)
+    return {"requests": requests, "completed": completed, "errors": errors, "latest": latest}
+
+
+def _dedupe(entries: list[dict], key) -> list[dict]:
+    seen, kept = set(), []
+    for entry in reversed(entries):  # the newest copy wins
+        marker = key(entry)
+        if marker not in seen:
+            seen.add(marker)
+            kept.append(entry)
+    return list(reversed(kept))
+
+
+def _request_key(entry: dict):
+    return (entry["event_id"], entry.get("excerpt"))
+
+
+def summarize(request: SummaryRequest) -> SummaryReply:
+    found = _from_events(request.events)
+    lineage = request.lineage
+    requests = [r for s in lineage for r in s["user_requests"]] + found["requests"]
+    requests = _dedupe(requests, _request_key)[-MAX_USER_REQUESTS:]
+    lists = {name: [e for s in lineage for e in s[name]] for name in ITEM_LISTS}
+    lists["errors"] += found["errors"]
+    progress = {name: [e for s in lineage for e in s["progress"][name]] for name in PROGRESS_KEYS}
+    progress["completed"] += found["completed"]
+    # Only the newest "latest answer" is active work; older ones are history.
+    progress["active"] = [found["latest"]] if found["latest"] else progress["active"][-1:]
+    objective = next((s["objective"] for s in lineage if s["objective"]), None)
+    if objective is None:
+        first = next((r for r in requests if "excerpt" in r), None)
+        if first is not None:
+            objective = _entry(_excerpt(first["excerpt"], 200), first["event_id"])
+    refs = [ref for s in lineage for ref in s["artifact_refs"]]
+    summary = {
+        "version": VERSION,
+        "language": next((s["language"] for s in lineage), "und"),
+        "objective": objective,
+        "user_requests": requests,
+        **{
+            name: _dedupe(entries, lambda e: e["text"])[-MAX_ITEMS:]
+            for name, entries in lists.items()
+        },
+        "progress": {
+            name: _dedupe(entries, lambda e: e["text"])[-MAX_ITEMS:]
+            for name, entries in progress.items()
+        },
+        "artifact_refs": _dedupe(refs, lambda e: e["ref"])[-MAX_ITEMS:],
+        "tools": sorted(request.source.tool_names),
+        "coverage": {"first_seq": request.first_seq, "last_seq": request.last_seq},
+    }
+    return SummaryReply(_fit(summary, request.target_bytes), {})
+
+
+def _fit(summary: dict, limit: int) -> dict:
+    """Drop the oldest entries, least important first, until the summary fits ``limit``."""
+    order = [
+        ("progress", "completed"),
+        ("critical_context",),
+        ("decisions",),
+        ("user_requests",),
+        ("errors",),
+        ("constraints",),
+        ("progress", "pending"),
+        ("progress", "blocked"),
+        ("artifact_refs",),
+    ]
+    while canonical_size(summary) > limit:
+        for path in order:
+            holder = summary["progress"] if path[0] == "progress" else summary
+            entries = holder[path[-1]]
+            if entries:
+                entries.pop(0)
+                break
+        else:
+            return summary  # nothing left to drop; the validator reports the size
+    return summary
