@@ -71,7 +71,9 @@ app = Celery("ctxadmin", task_cls=IdOnlyTask)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 # Periodic work, declared in code; each entry names a task that re-drives due rows.
-BEAT_SCHEDULE: dict[str, dict] = {}
+BEAT_SCHEDULE: dict[str, dict] = {
+    "sweep-compactions": {"task": "sessions_app.sweep_compactions", "schedule": 60.0},
+}
 app.conf.beat_schedule = BEAT_SCHEDULE
 
 app.autodiscover_tasks()

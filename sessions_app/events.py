@@ -24,6 +24,9 @@ FUNCTION_CALL = 2
 FUNCTION_RESPONSE = 4
 MULTIMODAL = 8
 MODEL_CONTENT = 16
+# A compaction event (ADK's ``actions.compaction``): a record for ADK-shaped readers, never
+# history itself; the checkpoint it names renders in its place.
+COMPACTION = 32
 KIND_BITS = {
     "text": TEXT,
     "function_call": FUNCTION_CALL,

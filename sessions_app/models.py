@@ -23,6 +23,8 @@ class Session(models.Model):
     event_count = models.IntegerField(default=0)
     total_bytes = models.BigIntegerField(default=0)
     token_estimate = models.BigIntegerField(default=0)
+    # The session's own compaction policy (normalised); None: the app's, else the defaults.
+    compaction_policy = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -117,3 +119,130 @@ class UserState(models.Model):
 
     def __str__(self) -> str:
         return f"user state of {self.app_id}/{self.user_id}"
+
+
+class AppCompactionPolicy(models.Model):
+    """An app's default compaction policy (normalised, as ``CompactionPolicy.as_dict``).
+    Automatic compaction runs only where an app or session policy exists and enables it."""
+
+    app = models.OneToOneField(App, on_delete=models.CASCADE, related_name="compaction_policy")
+    policy = models.JSONField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"compaction policy of {self.app_id}"
+
+
+class Checkpoint(models.Model):
+    """A compaction request and, once it succeeds, the checkpoint it made.
+
+    The id is the request id, so a retried request is idempotent. ``active`` is the
+    session's head (at most one); a checkpoint a later one replaced is ``superseded``, and
+    it still renders in context until a later checkpoint's range contains it
+    (``subsumed_by``). ``pending``/``running`` rows are the work in flight: at most one per
+    session (a partial unique index). Skipped automatic checks leave no row.
+    """
+
+    PENDING, RUNNING, ACTIVE, SUPERSEDED, FAILED = (
+        "pending",
+        "running",
+        "active",
+        "superseded",
+        "failed",
+    )
+    STATUSES = [(s, s) for s in (PENDING, RUNNING, ACTIVE, SUPERSEDED, FAILED)]
+    COMMITTED = (ACTIVE, SUPERSEDED)
+
+    id = models.UUIDField(primary_key=True)
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="checkpoints", db_index=False
+    )
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    subsumed_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=STATUSES)
+    origin = models.CharField(max_length=16)  # automatic | manual | overflow
+    trigger = models.CharField(max_length=32, blank=True)
+    representation = models.CharField(max_length=16, blank=True)  # summary | pruned
+    reason = models.CharField(max_length=64, blank=True)  # the error code of a failure
+    message = models.CharField(max_length=500, blank=True)  # content-free
+    first_seq = models.BigIntegerField(null=True)
+    last_seq = models.BigIntegerField(null=True)
+    source_event_ids = ArrayField(models.CharField(max_length=128), default=list)
+    source_fingerprint = models.CharField(max_length=64, blank=True)
+    summary = models.JSONField(null=True)
+    # The history items that replace the range, as a canonical JSON array.
+    items_json = models.TextField(blank=True)
+    items_bytes = models.IntegerField(default=0)
+    item_count = models.IntegerField(default=0)
+    tokens = models.IntegerField(default=0)
+    tokens_before = models.IntegerField(null=True)
+    tokens_after = models.IntegerField(null=True)
+    summarizer = models.CharField(max_length=32, blank=True)
+    model = models.CharField(max_length=128, blank=True)
+    usage = models.JSONField(default=dict)
+    policy = models.JSONField(default=dict)
+    high_water_seq = models.BigIntegerField(default=0)
+    window_end_invocation = models.CharField(max_length=128, blank=True)
+    projected_event_ids = ArrayField(models.CharField(max_length=128), default=list)
+    summary_event_id = models.CharField(max_length=128, blank=True)
+    purged_events = models.IntegerField(default=0)
+    duration_ms = models.FloatField(null=True)
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=models.Q(status__in=["pending", "running"]),
+                name="checkpoint_one_in_flight",
+            ),
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=models.Q(status="active"),
+                name="checkpoint_one_active",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                "session",
+                models.F("created_at").desc(),
+                models.F("id").desc(),
+                name="checkpoint_session_recent",
+            ),
+            # What the context builder reads: the visible checkpoints of a session.
+            models.Index(
+                fields=["session", "first_seq"],
+                condition=models.Q(status__in=["active", "superseded"], subsumed_by__isnull=True),
+                name="checkpoint_visible",
+            ),
+            models.Index(
+                fields=["status", "created_at"],
+                condition=models.Q(status__in=["pending", "running"]),
+                name="checkpoint_in_flight",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.id} of {self.session_id}"
+
+
+class CompactionState(models.Model):
+    """Automatic-compaction bookkeeping of one session: the backoff after ineffective
+    results, and content-free counters of the checks made."""
+
+    session = models.OneToOneField(
+        Session, on_delete=models.CASCADE, primary_key=True, related_name="compaction_state"
+    )
+    ineffective_streak = models.IntegerField(default=0)
+    backoff_until = models.DateTimeField(null=True)
+    checks = models.IntegerField(default=0)
+    last_skip_reason = models.CharField(max_length=64, blank=True)
+    last_checked_at = models.DateTimeField(null=True)
+
+    def __str__(self) -> str:
+        return f"compaction state of {self.session_id}"

@@ -15,6 +15,7 @@ from ctxadmin.canonical import canonical_size
 from ctxadmin.models import App
 from sessions_app import state as scopes
 from sessions_app import store, telemetry
+from sessions_app.compaction import triggers as compaction
 from sessions_app.events import (
     EventError,
     EventLimits,
@@ -229,6 +230,7 @@ def _append_in_one_statement(
         raise not_found()
     if not outcome.applied:
         return None
+    _after_append(outcome.session_pk, outcome.automatic_compaction, prepared)
     first_seq = outcome.last_seq - len(prepared)
     by_id = {
         item.event["event_id"]: replace(item.row, seq=first_seq + number).as_dict()
@@ -299,9 +301,17 @@ def _append_locked(
                 _check_state_size(states.user_state, "user state")
             store.insert_events(locked.pk, rows, states.state, now)
             revision += 1
+            _after_append(locked.pk, locked.automatic_compaction, fresh)
         by_id = store.stored_events(locked.pk, repeated)
     by_id.update((row.event["event_id"], row.as_dict()) for row in rows)
     return _result(events, by_id, len(rows), revision, states, delta, now)
+
+
+def _after_append(session_pk: int, automatic: bool, appended: list[_Prepared]) -> None:
+    """An append that completes an invocation queues an automatic compaction check where
+    the session's policy asks for one."""
+    if automatic and any(compaction.completes_invocation(item.event) for item in appended):
+        compaction.request_automatic(session_pk)
 
 
 def _result(

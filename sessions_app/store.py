@@ -37,6 +37,15 @@ EVENT_JSON_SQL = (
 )
 
 
+# Whether the session's effective compaction policy runs automatically: its own policy, else
+# its app's; with neither, compaction runs only when asked for.
+AUTOMATIC_SQL = (
+    "COALESCE((s.compaction_policy ->> 'automatic')::boolean, "
+    "(SELECT (p.policy ->> 'automatic')::boolean FROM sessions_app_appcompactionpolicy p "
+    "WHERE p.app_id = s.app_id), false)"
+)
+
+
 @dataclass
 class ScopeStates:
     """A session's own state and its app and user scopes (un-prefixed)."""
@@ -49,6 +58,7 @@ class ScopeStates:
 @dataclass(frozen=True)
 class LockedSession:
     pk: int
+    automatic_compaction: bool
     state: dict
     revision: int
     last_seq: int
@@ -64,8 +74,8 @@ def lock_session(
     trip, the app and user state and the stored hashes of any of ``event_ids``."""
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            SELECT s.id, s.state, s.revision, s.last_seq,
+            f"""
+            SELECT s.id, s.state, s.revision, s.last_seq, {AUTOMATIC_SQL},
                    (SELECT a.state FROM sessions_app_appstate a WHERE a.app_id = s.app_id),
                    (SELECT u.state FROM sessions_app_userstate u
                      WHERE u.app_id = s.app_id AND u.user_id = s.user_id),
@@ -75,15 +85,16 @@ def lock_session(
               FROM sessions_app_session s
              WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s
                FOR UPDATE OF s
-            """,
+            """,  # noqa: S608 - a constant expression
             [event_ids, app_pk, user_id, session_id],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    pk, state, revision, last_seq, app_state, user_state, stored = row
+    pk, state, revision, last_seq, automatic, app_state, user_state, stored = row
     return LockedSession(
         pk,
+        automatic,
         decode(state),
         revision,
         last_seq,
@@ -252,6 +263,8 @@ class FastAppend:
     state: dict
     app_state: dict
     user_state: dict
+    session_pk: int = 0
+    automatic_compaction: bool = False
 
 
 def append_in_one_statement(
@@ -284,7 +297,7 @@ def append_in_one_statement(
         cursor.execute(
             f"""
             WITH s AS (
-                SELECT id, app_id, user_id, state, revision, last_seq
+                SELECT id, app_id, user_id, state, revision, last_seq, compaction_policy
                   FROM sessions_app_session
                  WHERE app_id = %s AND user_id = %s AND session_id = %s
                    FOR UPDATE
@@ -330,8 +343,9 @@ def append_in_one_statement(
                  WHERE t.id = ok.id AND (SELECT count(*) FROM inserted) > 0
              RETURNING t.revision, t.state, t.last_seq
             )
-            SELECT s.revision, repeated.any, (SELECT revision FROM advanced),
-                   (SELECT state FROM advanced), (SELECT last_seq FROM advanced),
+            SELECT s.id, {AUTOMATIC_SQL}, s.revision, repeated.any,
+                   (SELECT revision FROM advanced), (SELECT state FROM advanced),
+                   (SELECT last_seq FROM advanced),
                    (SELECT a.state FROM sessions_app_appstate a WHERE a.app_id = s.app_id),
                    (SELECT u.state FROM sessions_app_userstate u
                      WHERE u.app_id = s.app_id AND u.user_id = s.user_id)
@@ -358,9 +372,21 @@ def append_in_one_statement(
         found = cursor.fetchone()
     if found is None:
         return FastAppend(False, False, 0, 0, False, {}, {}, {})
-    revision, repeated, new_revision, new_state, last_seq, app_state, user_state = found
+    (
+        session_pk,
+        automatic,
+        revision,
+        repeated,
+        new_revision,
+        new_state,
+        last_seq,
+        app_state,
+        user_state,
+    ) = found
     applied = new_revision is not None
     return FastAppend(
+        session_pk=session_pk,
+        automatic_compaction=automatic,
         found=True,
         applied=applied,
         revision=new_revision if applied else revision,

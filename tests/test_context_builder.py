@@ -105,12 +105,15 @@ def test_overflow_error_reports_measured_and_limit(api):
     assert error["details"]["measured_bytes"] > 900
 
 
-def test_compress_without_a_compactor_is_a_documented_422(api):
+def test_compress_that_cannot_compact_is_a_documented_422_with_nothing_changed(api):
     seed(api, *[text("user", "x" * 300) for _ in range(3)])
     body = build(api, status=422, policy={"budgets": {"max_bytes": 100}, "overflow": "compress"})
-    assert body["error"]["code"] == "compressor_unavailable"
+    # Three user events: the last two are always retained, one is too little to summarise.
+    assert body["error"]["code"] == "compaction_failed"
+    assert body["error"]["details"]["reason"] in {"nothing_to_compact", "ineffective_compaction"}
     fits = build(api, policy={"overflow": "compress"})
     assert len(fits["envelope"]["history"]) == 3
+    assert fits["accounting"]["compaction_id"] is None
 
 
 def test_whole_request_limit_is_checked_before_anything_else(api):

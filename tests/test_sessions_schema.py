@@ -124,3 +124,39 @@ def test_flow_matches_the_document(owner):
 )
 def test_the_document_rejects_what_the_server_rejects(name, instance):
     assert list(validator(name).iter_errors(instance))
+
+
+@pytest.mark.django_db
+def test_compaction_flow_matches_the_document(owner):
+    api = owner.client()
+    base = sessions_url("acme")
+    api.post(base, {"session_id": "s"}, format="json")
+    session = f"{base}/s"
+    events = []
+    for turn in range(6):
+        events += [
+            text("user", f"question {turn} " * 20, event_id=f"u{turn}"),
+            text("agent", f"answer {turn} " * 20, event_id=f"m{turn}"),
+        ]
+    api.post(f"{session}/events", {"events": events}, format="json")
+    policy = {"token_threshold": 10, "retain_recent_exchanges": 1, "retention": "audit"}
+    check("CompactionPolicy", policy)
+    state = api.put(f"{session}/compaction-policy", policy, format="json")
+    check("PolicyState", state.json())
+    check("PolicyState", api.get("/api/v1/apps/acme/compaction-policy").json())
+    request = {"compaction_id": "0d8e2d3c-5b0a-4b7e-9d6f-3f1c2a4b5c6d", "timeout_ms": 5000}
+    check("CompactionRequest", request)
+    done = api.post(f"{session}/compactions", request, format="json")
+    assert done.status_code == 201
+    check("CompactionDetail", done.json())
+    check("CompactionPage", api.get(f"{session}/compactions").json())
+    failed = api.post(f"{session}/compactions", {"source_event_ids": ["m5"]}, format="json")
+    assert failed.status_code == 409
+    check("Compaction", api.get(f"{session}/compactions?limit=1").json()["results"][0])
+    accepted = api.post(f"{session}/compactions", {"async": True}, format="json")
+    assert accepted.status_code == 202
+    check("CompactionAccepted", accepted.json())
+    built = api.post(
+        f"{session}/context", {"current_input": user_input(), "policy": {}}, format="json"
+    )
+    check("ContextResponse", built.json())

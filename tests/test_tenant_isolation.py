@@ -10,7 +10,12 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from ctxadmin.models import ApiKey
 from ctxadmin.services import create_api_key, revoke_api_keys
 
-SAMPLE = {"user": "alice", "sid": "s-1", "prefix": "abcdefghij"}
+SAMPLE = {
+    "user": "alice",
+    "sid": "s-1",
+    "prefix": "abcdefghij",
+    "compaction_id": "00000000-0000-4000-8000-000000000001",
+}
 METHODS = ("get", "post", "put", "patch", "delete")
 
 

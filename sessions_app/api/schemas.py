@@ -9,6 +9,9 @@ responses against them so the two cannot drift apart.
 from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
+from sessions_app.compaction.policy import LIMITS as POLICY_LIMITS
+from sessions_app.compaction.policy import NULLABLE as _NULLABLE_POLICY_FIELDS
+from sessions_app.compaction.policy import RETENTION_MODES, SUMMARIZER_KINDS, ZERO_ALLOWED
 from sessions_app.events import CONTENT_TYPES, USAGE_KEYS
 
 
@@ -256,6 +259,100 @@ COMPONENTS = {
         ["envelope", "accounting", "context_fingerprint"],
     ),
 }
+
+_UUID = {"type": "string", "format": "uuid"}
+_NULLABLE_INT = {"type": "integer", "nullable": True}
+_POLICY_PROPERTIES = {
+    **{
+        name: {"type": "integer", "minimum": 0 if name in ZERO_ALLOWED else 1, "maximum": limit}
+        for name, limit in POLICY_LIMITS.items()
+    },
+    "summarizer": _strict(
+        {
+            "kind": {"enum": list(SUMMARIZER_KINDS)},
+            "connection": {"type": "string", "pattern": "^[a-z0-9_-]{1,64}$"},
+            "model": {"type": "string", "maxLength": 128},
+            "max_output_tokens": {"type": "integer", "minimum": 1, "maximum": 65536},
+        }
+    ),
+    "retention": {"enum": list(RETENTION_MODES)},
+    "automatic": {"type": "boolean"},
+}
+for _name in _NULLABLE_POLICY_FIELDS:
+    _POLICY_PROPERTIES[_name] = {**_POLICY_PROPERTIES[_name], "nullable": True}
+_COMPACTION = {
+    "compaction_id": _UUID,
+    "status": {"enum": ["pending", "running", "active", "superseded", "failed"]},
+    "origin": {"enum": ["automatic", "manual", "overflow"]},
+    "trigger": {"type": "string", "nullable": True},
+    "representation": {"enum": ["summary", "pruned", None], "nullable": True},
+    "coverage": _strict(
+        {"first_seq": {"type": "integer"}, "last_seq": {"type": "integer"}},
+        ["first_seq", "last_seq"],
+        nullable=True,
+    ),
+    "source_event_count": {"type": "integer"},
+    "source_fingerprint": {"type": "string", "nullable": True},
+    "tokens_before": _NULLABLE_INT,
+    "tokens_after": _NULLABLE_INT,
+    "summarizer": {"type": "string", "nullable": True},
+    "model": {"type": "string", "nullable": True},
+    "usage": _OBJECT,
+    "parent_id": {**_UUID, "nullable": True},
+    "subsumed_by": {**_UUID, "nullable": True},
+    "summary_event_id": {"type": "string", "nullable": True},
+    "projected_event_ids": {"type": "array", "items": {"type": "string"}},
+    "purged_events": {"type": "integer"},
+    "error": _strict(
+        {"code": {"type": "string"}, "message": {"type": "string"}},
+        ["code", "message"],
+        nullable=True,
+    ),
+    "duration_ms": {"type": "number", "nullable": True},
+    "created_at": {"type": "string", "format": "date-time", "nullable": True},
+    "finished_at": {"type": "string", "format": "date-time", "nullable": True},
+}
+COMPONENTS.update(
+    {
+        "CompactionPolicy": _strict(_POLICY_PROPERTIES),
+        "PolicyState": _strict(
+            {"policy": ref("CompactionPolicy"), "source": {"enum": ["session", "app", "default"]}},
+            ["policy", "source"],
+        ),
+        "CompactionRequest": _strict(
+            {
+                "compaction_id": _UUID,
+                "async": {"type": "boolean"},
+                "timeout_ms": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": POLICY_LIMITS["timeout_ms"],
+                },
+                "expected_head": {**_UUID, "nullable": True},
+                "source_event_ids": {
+                    "type": "array",
+                    "items": _ID,
+                    "minItems": 1,
+                    "maxItems": 5000,
+                },
+            }
+        ),
+        "Compaction": _strict(_COMPACTION, sorted(_COMPACTION)),
+        "CompactionDetail": _strict(
+            {**_COMPACTION, "summary": {**_OBJECT, "nullable": True}},
+            sorted([*_COMPACTION, "summary"]),
+        ),
+        "CompactionAccepted": _strict(
+            {
+                "compaction_id": _UUID,
+                "status": {"enum": ["pending"]},
+                "status_url": {"type": "string", "format": "uri"},
+            },
+            ["compaction_id", "status", "status_url"],
+        ),
+        "CompactionPage": _page("Compaction"),
+    }
+)
 
 
 def add_components(result, generator, request, public):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from sessions_app.api import views
+from sessions_app.api import compaction_views, views
 
 base = "apps/<str:app>/users/<str:user>"
 
@@ -10,4 +10,24 @@ urlpatterns = [
     path(f"{base}/sessions/<str:sid>", views.SessionDetailView.as_view(), name="session"),
     path(f"{base}/sessions/<str:sid>/events", views.EventListView.as_view(), name="events"),
     path(f"{base}/sessions/<str:sid>/context", views.ContextView.as_view(), name="context"),
+    path(
+        f"{base}/sessions/<str:sid>/compaction-policy",
+        compaction_views.SessionCompactionPolicyView.as_view(),
+        name="session-compaction-policy",
+    ),
+    path(
+        f"{base}/sessions/<str:sid>/compactions",
+        compaction_views.CompactionListView.as_view(),
+        name="compactions",
+    ),
+    path(
+        f"{base}/sessions/<str:sid>/compactions/<str:compaction_id>",
+        compaction_views.CompactionDetailView.as_view(),
+        name="compaction",
+    ),
+    path(
+        "apps/<str:app>/compaction-policy",
+        compaction_views.AppCompactionPolicyView.as_view(),
+        name="app-compaction-policy",
+    ),
 ]

@@ -19,6 +19,7 @@ from ctxadmin.models import SCOPE_SESSIONS
 from sessions_app import selectors, services
 from sessions_app import state as scopes
 from sessions_app.api.schemas import ref
+from sessions_app.compaction import services as compaction
 from sessions_app.context.build import build_context, parse_request
 from sessions_app.events import CONTENT_TYPES, EventError, iso_timestamp, parse_timestamp
 from sessions_app.models import Event, Session
@@ -266,7 +267,11 @@ class EventListView(SessionsScopedView):
             before_timestamp=_timestamp_param(request, "before_timestamp"),
             final_only=_bool_param(request, "final_only"),
         )
-        _bool_param(request, "include_hidden")  # validated; nothing is hidden without compaction
+        if not _bool_param(request, "include_hidden"):
+            for checkpoint in compaction.visible_checkpoints(session.pk):
+                queryset = queryset.exclude(
+                    seq__range=(checkpoint.view.first_seq, checkpoint.view.last_seq)
+                )
         page = self.paginate_queryset(selectors.events_as_json(queryset))
         links = json.dumps(
             {"next": self.paginator.get_next_link(), "previous": self.paginator.get_previous_link()}

@@ -123,6 +123,12 @@ class EngineInput:
     origin: str = "automatic"  # automatic | manual | overflow
     current_input_tokens: int = 0
     automatic: AutomaticState = field(default_factory=AutomaticState)
+    # A manual request may name the exact events to summarise: the oldest uncovered ones,
+    # in order, self-contained; anything else is a ``compaction_conflict``.
+    pinned: tuple[str, ...] | None = None
+    # A context build that must fit this many history bytes: the summary aims at what the
+    # rest of the history leaves (overflow: compress).
+    history_limit_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -389,6 +395,35 @@ def plan_prefix(inp: EngineInput) -> Plan | None:
     return None
 
 
+def plan_pinned(inp: EngineInput) -> Plan | None:
+    """The events a manual request names, if they are a run of uncovered events, in order,
+    preceded by nothing uncovered but open obligations, with no open obligation inside and
+    no call separated from its response."""
+    raw = [e for e in inp.events if not _covered(e.seq, inp.visible)]
+    pinned = inp.pinned or ()
+    ids = [e.event_id for e in raw]
+    if not pinned or pinned[0] not in ids:
+        return None
+    begin = ids.index(pinned[0])
+    end = begin + len(pinned)
+    if tuple(ids[begin:end]) != pinned:
+        return None
+    obligations = open_obligations(raw)
+    if any(i not in obligations for i in range(begin)):
+        return None
+    if any(begin <= i < end for i in obligations):
+        return None
+    if not any(first == begin for first, _last in units(raw)) or not any(
+        last == end - 1 for _first, last in units(raw)
+    ):
+        return None
+    run = raw[begin:end]
+    lower = raw[begin - 1].seq if begin > 0 else 0
+    absorbed = [c for c in inp.visible if lower < c.first_seq and c.last_seq < run[-1].seq]
+    first_seq = min([run[0].seq, *(c.first_seq for c in absorbed)])
+    return Plan(first_seq, run[-1].seq, run, absorbed)
+
+
 def plan_window(inp: EngineInput) -> Plan | None:
     """ADK's sliding window: whole invocations from the overlap of the previous window to
     the newest complete one, cut back before an open obligation."""
@@ -521,6 +556,22 @@ def target_summary_bytes(policy: CompactionPolicy) -> int:
     return policy.max_summary_bytes
 
 
+def _target_bytes(plan: Plan, inp: EngineInput) -> int:
+    target = target_summary_bytes(inp.policy)
+    if inp.history_limit_bytes is None:
+        return target
+    absorbed = {c.id for c in plan.absorbed}
+    rest = sum(c.tokens * inp.policy.bytes_per_token for c in inp.visible if c.id not in absorbed)
+    rest += sum(
+        e.context_bytes
+        for e in inp.events
+        if e.content and e.seq > plan.last_seq and not _covered(e.seq, inp.visible)
+    )
+    # The rendered summary is wrapped in a history item (about 200 bytes) and reads longer
+    # than its JSON; aim below what is left.
+    return max(256, min(target, (inp.history_limit_bytes - rest) * 3 // 4 - 200))
+
+
 def _merge_usage(total: dict, usage: dict) -> None:
     for key, value in usage.items():
         if isinstance(value, int):
@@ -541,7 +592,7 @@ def _summarise(
         lineage=[c.summary for c in plan.absorbed if c.summary],
         source=source,
         max_bytes=policy.max_summary_bytes,
-        target_bytes=target_summary_bytes(policy),
+        target_bytes=_target_bytes(plan, inp),
         deadline=deadline,
     )
     usage: dict = {}
@@ -612,7 +663,16 @@ def compact(
                 tokens,
             )
 
-    plan = plan_window(inp) if trigger == "sliding_window" else plan_prefix(inp)
+    if inp.pinned is not None:
+        plan = plan_pinned(inp)
+        if plan is None:
+            return failed(
+                "compaction_conflict",
+                "The named events are not the oldest uncovered events, in order, self-contained.",
+                trigger,
+            )
+    else:
+        plan = plan_window(inp) if trigger == "sliding_window" else plan_prefix(inp)
     if plan is None:
         if automatic:
             return skipped(

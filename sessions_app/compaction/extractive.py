@@ -147,5 +147,10 @@ def _fit(summary: dict, limit: int) -> dict:
                 entries.pop(0)
                 break
         else:
-            return summary  # nothing left to drop; the validator reports the size
+            if summary["progress"]["active"]:
+                summary["progress"]["active"].pop(0)
+            elif summary["objective"] is not None:
+                summary["objective"] = None
+            else:
+                return summary  # nothing left to drop; the validator reports the size
     return summary

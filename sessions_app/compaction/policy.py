@@ -56,8 +56,8 @@ LIMITS = {
     "bytes_per_token": 64,
 }
 # Fields that may be 0 (0 turns the feature off); every other number must be positive.
-_ZERO_ALLOWED = frozenset({"overlap_size", "min_new_tokens", "min_reclaim_tokens"})
-_NULLABLE = frozenset(
+ZERO_ALLOWED = frozenset({"overlap_size", "min_new_tokens", "min_reclaim_tokens"})
+NULLABLE = frozenset(
     {
         "token_threshold",
         "event_threshold",
@@ -127,12 +127,12 @@ _SUMMARIZER_KEYS = frozenset({"kind", "connection", "model", "max_output_tokens"
 
 def _number(value: Any, path: str, name: str) -> int | None:
     if value is None:
-        if name in _NULLABLE:
+        if name in NULLABLE:
             return None
         raise PolicyError(path, "must be an integer")
     if isinstance(value, bool) or not isinstance(value, int):
         raise PolicyError(path, "must be an integer")
-    minimum = 0 if name in _ZERO_ALLOWED else 1
+    minimum = 0 if name in ZERO_ALLOWED else 1
     if value < minimum:
         raise PolicyError(path, f"must be {'>= 0' if minimum == 0 else 'positive'}")
     if value > LIMITS[name]:

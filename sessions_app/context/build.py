@@ -3,6 +3,7 @@ select, read only the selected content, prune, assemble, fingerprint, account.""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -15,10 +16,18 @@ from django.db import connection
 from ctxadmin.api.errors import ApiError
 from ctxadmin.canonical import canonical_json, canonical_size
 from sessions_app import telemetry
+from sessions_app.compaction import services as compaction
 from sessions_app.context import envelope as env
 from sessions_app.context.policy import ContextPolicy, PolicyError, parse_policy
 from sessions_app.context.select import EventMeta, Overflow, select_history
-from sessions_app.events import EventError, estimate_tokens, validate_content
+from sessions_app.events import (
+    COMPACTION,
+    MODEL_CONTENT,
+    TEXT,
+    EventError,
+    estimate_tokens,
+    validate_content,
+)
 from sessions_app.models import Session
 from sessions_app.services import event_limits, invalid
 
@@ -123,37 +132,45 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
             "request",
         )
 
-    metas = event_metas(session.pk, policy)
+    room = request_limit - fixed_total
+    history_view = read_history(session.pk, policy)
+    compaction_id = None
     try:
-        selection = select_history(
-            metas,
-            policy,
-            request_room_bytes=request_limit - fixed_total,
-            framing_per_item=env.FRAMING_PER_ITEM_BYTES,
-        )
+        selection = _select(history_view, policy, room)
     except Overflow as overflow:
-        if policy.overflow == "compress":
-            telemetry.CONTEXT_BUILDS.labels("compressor_unavailable").inc()
+        if policy.overflow != "compress":
+            telemetry.CONTEXT_BUILDS.labels("budget_exceeded").inc()
+            raise _overflow_error(overflow, policy, None) from None
+        # Compress: compact now (bounded by the compaction policy's timeout), then select
+        # again from the new checkpoint; what still does not fit is the usual error.
+        checkpoint = compaction.run_overflow(
+            session,
+            current_input_tokens=estimate_tokens(fixed_total, policy.bytes_per_token),
+            history_limit_bytes=overflow.limit_bytes,
+        )
+        compaction_id = str(checkpoint.id)
+        if checkpoint.status != "active":
+            telemetry.CONTEXT_BUILDS.labels("compaction_failed").inc()
             raise ApiError(
-                "compressor_unavailable",
-                "The history exceeds the budget and no compactor is configured for this session.",
+                "compaction_failed",
+                "The history exceeds the budget and compacting it failed; nothing changed.",
                 status_code=422,
                 details={
+                    "compaction_id": compaction_id,
+                    "reason": checkpoint.reason,
                     "measured_bytes": overflow.measured_bytes,
                     "limit_bytes": overflow.limit_bytes,
                 },
             ) from None
-        telemetry.CONTEXT_BUILDS.labels("budget_exceeded").inc()
-        raise _budget_error(
-            "context_budget_exceeded",
-            f"The selected history exceeds the {overflow.limit_name} budget.",
-            overflow.measured_bytes,
-            overflow.limit_bytes,
-            policy.bytes_per_token,
-            overflow.limit_name,
-        ) from None
+        history_view = read_history(session.pk, policy)
+        try:
+            selection = _select(history_view, policy, room)
+        except Overflow as still:
+            telemetry.CONTEXT_BUILDS.labels("budget_exceeded").inc()
+            raise _overflow_error(still, policy, compaction_id) from None
 
-    history = _history(session, [metas[i].seq for i in selection.indices])
+    metas = history_view.metas
+    history = _history(session, [metas[i] for i in selection.indices], history_view)
     envelope_json = env.assemble(parts, history)
     fingerprint = env.envelope_fingerprint(envelope_json)
     accounting = env.accounting(
@@ -167,7 +184,9 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
         "dropped_by_budget": selection.dropped_by_budget,
         "dropped_by_window": selection.dropped_by_window,
         "without_content": selection.without_content,
-        "hidden_by_compaction": 0,
+        "hidden_by_compaction": history_view.hidden,
+        "restored_calls": history_view.restored,
+        "checkpoints": sum(1 for i in selection.indices if metas[i].checkpoint),
     }
     elapsed_ms = (time.perf_counter() - started) * 1000
     telemetry.record_build(
@@ -180,6 +199,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
             **accounting,
             "bytes_per_token": policy.bytes_per_token,
             "truncated": selection.truncated,
+            "compaction_id": compaction_id,
             "build_ms": round(elapsed_ms, 3),
         },
         fingerprint=fingerprint,
@@ -205,32 +225,150 @@ class BuiltContext:
         )
 
 
-def event_metas(session_pk: int, policy: ContextPolicy) -> list[EventMeta]:
-    """Every event's selection metadata, never content. Authors, invocation ids and times are
-    read only when the policy filters on them: per-value decoding is most of the cost."""
+@dataclass(frozen=True)
+class HistoryView:
+    """What selection reads: event metadata outside the visible checkpoints, with each
+    checkpoint as one entry where its range begins, and calls restored for responses whose
+    call was compacted."""
+
+    metas: list[EventMeta]
+    checkpoints: dict[float, list[str]]  # entry seq -> its history items (canonical JSON)
+    hidden: int  # events hidden by compaction
+    restored: int
+
+
+def read_history(session_pk: int, policy: ContextPolicy) -> HistoryView:
+    visible = compaction.visible_checkpoints(session_pk)
+    ranges = [(v.view.first_seq, v.view.last_seq) for v in visible]
+    metas = event_metas(session_pk, policy, ranges)
+    if not visible:
+        return HistoryView(metas, {}, 0, 0)
+    restored = _restored_calls(session_pk, policy, metas, ranges)
+    checkpoints: dict[float, list[str]] = {}
+    for v in visible:
+        position = v.view.first_seq - 0.5
+        items = [canonical_json(item).decode("utf-8") for item in json.loads(v.items_json)]
+        checkpoints[position] = items
+        metas.append(
+            EventMeta(
+                seq=position,
+                kinds=TEXT | MODEL_CONTENT,
+                call_ids=None,
+                response_ids=None,
+                context_bytes=v.items_bytes + env.FRAMING_PER_ITEM_BYTES * (v.item_count - 1),
+                checkpoint=True,
+            )
+        )
+    metas.extend(restored)
+    metas.sort(key=lambda meta: meta.seq)
+    return HistoryView(
+        metas, checkpoints, _hidden_count(session_pk, ranges) - len(restored), len(restored)
+    )
+
+
+def _select(view: HistoryView, policy: ContextPolicy, room: int):
+    return select_history(
+        view.metas, policy, request_room_bytes=room, framing_per_item=env.FRAMING_PER_ITEM_BYTES
+    )
+
+
+def _overflow_error(overflow: Overflow, policy: ContextPolicy, compaction_id: str | None):
+    error = _budget_error(
+        "context_budget_exceeded",
+        f"The selected history exceeds the {overflow.limit_name} budget.",
+        overflow.measured_bytes,
+        overflow.limit_bytes,
+        policy.bytes_per_token,
+        overflow.limit_name,
+    )
+    if compaction_id is not None:
+        error.details["compaction_id"] = compaction_id
+    return error
+
+
+def _meta_columns(policy: ContextPolicy) -> list[str]:
     columns = ["seq", "kinds", "call_ids", "response_ids", "context_bytes"]
     if policy.filters_on_identity or policy.filters_on_time:
         columns += ["author", "invocation_id"]
     if policy.filters_on_time:
         columns.append("date_part('epoch', timestamp)")
+    return columns
+
+
+def event_metas(
+    session_pk: int, policy: ContextPolicy, hidden: list[tuple[int, int]] | None = None
+) -> list[EventMeta]:
+    """Every visible event's selection metadata, never content. Authors, invocation ids and
+    times are read only when the policy filters on them: per-value decoding is most of the
+    cost. Compaction events and events inside ``hidden`` ranges are left out."""
+    condition, params = compaction.uncovered_sql(hidden or [])
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {', '.join(columns)} FROM sessions_app_event "  # noqa: S608 - constants
-            "WHERE session_id = %s ORDER BY seq",
-            [session_pk],
+            f"SELECT {', '.join(_meta_columns(policy))} FROM sessions_app_event "  # noqa: S608
+            f"WHERE session_id = %s AND kinds & %s = 0 AND {condition} ORDER BY seq",
+            [session_pk, COMPACTION, *params],
         )
         return list(starmap(EventMeta, cursor.fetchall()))
 
 
-def _history(session: Session, seqs: list[int]) -> list[str]:
-    """The selected events' precomputed history items, read in one range scan."""
-    if not seqs:
+def _restored_calls(
+    session_pk: int, policy: ContextPolicy, metas: list[EventMeta], ranges: list[tuple[int, int]]
+) -> list[EventMeta]:
+    """A response whose call was compacted away gets its call back (a model must never see
+    a response without its call)."""
+    calls = {call for meta in metas for call in meta.call_ids or ()}
+    orphans = sorted(
+        {answer for meta in metas for answer in meta.response_ids or () if answer not in calls}
+    )
+    if not orphans:
         return []
-    wanted = set(seqs)
+    condition, params = compaction.uncovered_sql(ranges)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT seq, context_json FROM sessions_app_event "
-            "WHERE session_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
-            [session.pk, seqs[0], seqs[-1]],
+            f"SELECT {', '.join(_meta_columns(policy))} FROM sessions_app_event "  # noqa: S608
+            f"WHERE session_id = %s AND call_ids && %s::varchar[] AND NOT {condition} "
+            "ORDER BY seq",
+            [session_pk, orphans, *params],
         )
-        return [item for seq, item in cursor.fetchall() if seq in wanted]
+        return list(starmap(EventMeta, cursor.fetchall()))
+
+
+def _hidden_count(session_pk: int, ranges: list[tuple[int, int]]) -> int:
+    condition, params = compaction.uncovered_sql(ranges)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM sessions_app_event "  # noqa: S608
+            f"WHERE session_id = %s AND kinds & %s = 0 AND NOT {condition}",
+            [session_pk, COMPACTION, *params],
+        )
+        return cursor.fetchone()[0]
+
+
+def _history(session: Session, selected: list[EventMeta], view: HistoryView) -> list[str]:
+    """The selected entries' history items: checkpoints' from the view, events' from their
+    precomputed items (a range scan when dense, by key when sparse)."""
+    seqs = [meta.seq for meta in selected if not meta.checkpoint]
+    items: dict[int, str] = {}
+    if seqs:
+        with connection.cursor() as cursor:
+            if len(seqs) * 2 >= seqs[-1] - seqs[0] + 1:
+                cursor.execute(
+                    "SELECT seq, context_json FROM sessions_app_event "
+                    "WHERE session_id = %s AND seq BETWEEN %s AND %s",
+                    [session.pk, seqs[0], seqs[-1]],
+                )
+            else:
+                cursor.execute(
+                    "SELECT seq, context_json FROM sessions_app_event "
+                    "WHERE session_id = %s AND seq = ANY(%s)",
+                    [session.pk, seqs],
+                )
+            wanted = set(seqs)
+            items = {seq: item for seq, item in cursor.fetchall() if seq in wanted}
+    history: list[str] = []
+    for meta in selected:
+        if meta.checkpoint:
+            history.extend(view.checkpoints[meta.seq])
+        else:
+            history.append(items[meta.seq])
+    return history

@@ -33,6 +33,9 @@ class EventMeta(NamedTuple):
     author: str = ""
     invocation_id: str = ""
     timestamp: float = 0.0  # seconds since the epoch
+    # A checkpoint standing in for the events it covers (its seq sorts just before the
+    # first of them): filters do not apply to it, budgets do.
+    checkpoint: bool = False
 
 
 class Overflow(Exception):
@@ -92,6 +95,8 @@ def build_units(metas: list[EventMeta]) -> list[tuple[int, int]]:
 
 
 def event_passes(meta: EventMeta, policy: ContextPolicy) -> bool:
+    if meta.checkpoint:
+        return True
     if not policy.authors.allows(meta.author):
         return False
     if not policy.invocation_ids.allows(meta.invocation_id):

@@ -1,0 +1,708 @@
+"""Compaction writes: policies, requests, running the engine, committing checkpoints.
+
+A request is a ``Checkpoint`` row (its id is the request id). The engine runs outside any
+transaction; its result is committed in one transaction that re-checks everything it
+assumed (compare-and-swap): the head is still the parent it read (else ``stale_head``), the
+visible checkpoints are the ones it read and the range holds exactly the events it
+summarised, in order (else ``compaction_conflict``). Events appended meanwhile lie after the
+range and are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ctxadmin.api.errors import ApiError
+from ctxadmin.canonical import canonical_json, canonical_size, fingerprint
+from ctxadmin.models import App
+from sessions_app import store
+from sessions_app.compaction import engine
+from sessions_app.compaction.policy import DEFAULT_POLICY, CompactionPolicy, PolicyError
+from sessions_app.compaction.policy import parse_policy as parse_compaction_policy
+from sessions_app.events import COMPACTION, Derived, iso_timestamp
+from sessions_app.models import AppCompactionPolicy, Checkpoint, CompactionState, Session
+from sessions_app.services import invalid, not_found
+
+logger = logging.getLogger("ctxadmin.compaction")
+
+BACKOFF_BASE = timedelta(minutes=1)
+BACKOFF_MAX = timedelta(hours=1)
+SUMMARY_EVENT_AUTHOR = "ctxadmin"
+
+
+# ----------------------------------------------------------------------------- policies
+
+
+def _connections() -> frozenset[str]:
+    return frozenset(settings.CTXADMIN_PROVIDERS)
+
+
+def parse_policy(body: Any, base: CompactionPolicy | None = None) -> CompactionPolicy:
+    try:
+        return parse_compaction_policy(body, connections=_connections(), base=base)
+    except PolicyError as exc:
+        raise invalid(exc.path, exc.message) from None
+
+
+def stored_policy(data: dict) -> CompactionPolicy:
+    """A policy stored earlier (normalised). A provider connection removed from settings
+    since then does not break reading it: the run reports ``summarizer_error``."""
+    return parse_compaction_policy(data)
+
+
+def app_policy(app: App) -> CompactionPolicy | None:
+    row = AppCompactionPolicy.objects.filter(app=app).first()
+    return None if row is None else stored_policy(row.policy)
+
+
+def effective_policy(session: Session) -> tuple[CompactionPolicy, str]:
+    """(the policy, where it comes from: ``session``, ``app`` or ``default``)."""
+    if session.compaction_policy is not None:
+        return stored_policy(session.compaction_policy), "session"
+    from_app = app_policy(session.app)
+    if from_app is not None:
+        return from_app, "app"
+    return DEFAULT_POLICY, "default"
+
+
+def set_app_policy(app: App, body: Any) -> CompactionPolicy:
+    policy = parse_policy(body)
+    AppCompactionPolicy.objects.update_or_create(app=app, defaults={"policy": policy.as_dict()})
+    return policy
+
+
+def clear_app_policy(app: App) -> None:
+    AppCompactionPolicy.objects.filter(app=app).delete()
+
+
+def set_session_policy(session: Session, body: Any) -> CompactionPolicy:
+    policy = parse_policy(body)
+    Session.objects.filter(pk=session.pk).update(compaction_policy=policy.as_dict())
+    session.compaction_policy = policy.as_dict()
+    return policy
+
+
+def clear_session_policy(session: Session) -> None:
+    Session.objects.filter(pk=session.pk).update(compaction_policy=None)
+    session.compaction_policy = None
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class Visible:
+    """A visible checkpoint as read for the engine and the context builder."""
+
+    view: engine.CheckpointView
+    items_json: str
+    items_bytes: int
+    item_count: int
+
+
+_VISIBLE_SQL = """
+    SELECT id::text, first_seq, last_seq, representation, tokens, summary, trigger,
+           high_water_seq, window_end_invocation, items_json, items_bytes, item_count
+      FROM sessions_app_checkpoint
+     WHERE session_id = %s AND status IN ('active', 'superseded') AND subsumed_by_id IS NULL
+     ORDER BY first_seq, created_at
+"""
+
+
+def visible_checkpoints(session_pk: int) -> list[Visible]:
+    with connection.cursor() as cursor:
+        cursor.execute(_VISIBLE_SQL, [session_pk])
+        rows = cursor.fetchall()
+    return [
+        Visible(
+            engine.CheckpointView(
+                id=cid,
+                first_seq=first,
+                last_seq=last,
+                representation=representation,
+                tokens=tokens,
+                summary=store.decode(summary),
+                trigger=trigger,
+                high_water_seq=high_water,
+                window_end_invocation=window_end,
+            ),
+            items_json,
+            items_bytes,
+            item_count,
+        )
+        for (
+            cid,
+            first,
+            last,
+            representation,
+            tokens,
+            summary,
+            trigger,
+            high_water,
+            window_end,
+            items_json,
+            items_bytes,
+            item_count,
+        ) in rows
+    ]
+
+
+def uncovered_sql(ranges: list[tuple[int, int]]) -> tuple[str, list[int]]:
+    """A SQL condition (on ``seq``) true for events outside every range."""
+    if not ranges:
+        return "TRUE", []
+    clause = " OR ".join(["seq BETWEEN %s AND %s"] * len(ranges))
+    return f"NOT ({clause})", [bound for pair in ranges for bound in pair]
+
+
+def _overlap_start(session_pk: int, visible: list[Visible], policy: CompactionPolicy) -> int | None:
+    """The first seq of the invocations a sliding window re-summarises (its overlap)."""
+    if not policy.compaction_interval or not policy.overlap_size:
+        return None
+    previous = next((v.view for v in reversed(visible) if v.view.trigger == "sliding_window"), None)
+    if previous is None or not previous.window_end_invocation:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT min(first) FROM (
+                SELECT min(seq) AS first FROM sessions_app_event
+                 WHERE session_id = %s AND seq <= %s AND invocation_id <> ''
+                   AND kinds & %s = 0
+                 GROUP BY invocation_id ORDER BY min(seq) DESC LIMIT %s
+            ) overlap
+            """,
+            [session_pk, previous.last_seq, COMPACTION, policy.overlap_size],
+        )
+        return cursor.fetchone()[0]
+
+
+def source_events(
+    session_pk: int, visible: list[Visible], policy: CompactionPolicy
+) -> list[engine.SourceEvent]:
+    """The events compaction may read: outside the visible summaries (pruned checkpoints
+    keep their sources, so a later summary can absorb them), plus a sliding window's
+    overlap; never compaction events."""
+    hidden = [(v.view.first_seq, v.view.last_seq) for v in visible]
+    condition, params = uncovered_sql(hidden)
+    overlap = _overlap_start(session_pk, visible, policy)
+    if overlap is not None:
+        condition = f"({condition} OR seq >= %s)"
+        params = [*params, overlap]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, event_id, invocation_id, author, context_json, context_bytes, "  # noqa: S608
+            "date_part('epoch', timestamp), turn_complete FROM sessions_app_event "
+            f"WHERE session_id = %s AND kinds & %s = 0 AND {condition} ORDER BY seq",
+            [session_pk, COMPACTION, *params],
+        )
+        rows = cursor.fetchall()
+    return [
+        engine.SourceEvent(
+            seq=seq,
+            event_id=event_id,
+            invocation_id=invocation_id,
+            author=author,
+            item=store.decode(item),
+            context_bytes=size,
+            timestamp=float(when),
+            turn_complete=turn_complete,
+        )
+        for seq, event_id, invocation_id, author, item, size, when, turn_complete in rows
+    ]
+
+
+def automatic_state(session_pk: int, policy: CompactionPolicy) -> engine.AutomaticState:
+    now = timezone.now()
+    recent = Checkpoint.objects.filter(
+        session_id=session_pk,
+        origin="automatic",
+        status__in=Checkpoint.COMMITTED,
+        created_at__gte=now - timedelta(hours=1),
+    ).count()
+    state = CompactionState.objects.filter(session_id=session_pk).first()
+    backing_off = bool(state and state.backoff_until and state.backoff_until > now)
+    return engine.AutomaticState(recent_successes=recent, backing_off=backing_off)
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+def _existing(session: Session, checkpoint_id: uuid.UUID) -> Checkpoint | None:
+    found = Checkpoint.objects.filter(pk=checkpoint_id).first()
+    if found is None:
+        return None
+    if found.session_id != session.pk:
+        raise ApiError(
+            "compaction_id_taken",
+            "This compaction id is used by another session.",
+            status_code=409,
+            details={"compaction_id": str(checkpoint_id)},
+        )
+    return found
+
+
+def _in_progress(session: Session) -> ApiError:
+    running = (
+        Checkpoint.objects.filter(session=session, status__in=["pending", "running"])
+        .values_list("id", flat=True)
+        .first()
+    )
+    return ApiError(
+        "compaction_in_progress",
+        "A compaction of this session is pending or running.",
+        status_code=409,
+        details={"compaction_id": str(running) if running else None},
+    )
+
+
+@dataclass(frozen=True)
+class ManualRequest:
+    checkpoint_id: uuid.UUID
+    run_async: bool = False
+    timeout_ms: int | None = None
+    check_head: bool = False  # compare the head with expected_head (None: no checkpoint yet)
+    expected_head: str | None = None
+    source_event_ids: tuple[str, ...] | None = None
+
+
+def request_manual(session: Session, request: ManualRequest) -> tuple[Checkpoint, bool]:
+    """(the checkpoint, whether this call created it). Synchronous unless ``run_async``."""
+    existing = _existing(session, request.checkpoint_id)
+    if existing is not None:
+        return existing, False
+    policy, _source = effective_policy(session)
+    if request.check_head:
+        head = _head_id(session.pk)
+        if head != request.expected_head:
+            raise _stale_head(request.expected_head, head)
+    status = Checkpoint.PENDING if request.run_async else Checkpoint.RUNNING
+    try:
+        with transaction.atomic():
+            _take_over_pending_check(session.pk)
+            row = Checkpoint.objects.create(
+                id=request.checkpoint_id,
+                session=session,
+                status=status,
+                origin="manual",
+                policy=policy.as_dict(),
+                source_event_ids=list(request.source_event_ids or []),
+            )
+    except IntegrityError:
+        raise _in_progress(session) from None
+    if request.run_async:
+        from sessions_app.tasks import run_compaction
+
+        run_compaction.delay_on_commit(str(row.id))
+        return row, True
+    return execute(
+        row,
+        session,
+        policy,
+        timeout_ms=request.timeout_ms,
+        expected_head=request.expected_head if request.check_head else head_unchecked,
+        pinned=request.source_event_ids,
+    ), True
+
+
+def _take_over_pending_check(session_pk: int) -> None:
+    """A requested compaction replaces an automatic check no worker has claimed yet (its
+    task then finds nothing pending); a running one still makes the request a 409."""
+    Checkpoint.objects.filter(
+        session_id=session_pk, status=Checkpoint.PENDING, origin="automatic"
+    ).delete()
+
+
+def _head_id(session_pk: int) -> str | None:
+    head = (
+        Checkpoint.objects.filter(session_id=session_pk, status=Checkpoint.ACTIVE)
+        .values_list("id", flat=True)
+        .first()
+    )
+    return None if head is None else str(head)
+
+
+def _stale_head(expected, current) -> ApiError:
+    return ApiError(
+        "stale_head",
+        "The session's active checkpoint is not the one expected; nothing changed.",
+        status_code=409,
+        details={"expected_head": expected, "current_head": current},
+    )
+
+
+class _Unchecked:
+    """The caller did not name an expected head."""
+
+
+head_unchecked = _Unchecked()
+
+
+class CommitConflict(Exception):
+    def __init__(self, code: str, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.code = code
+        self.details = details or {}
+
+
+def run_overflow(
+    session: Session, current_input_tokens: int, history_limit_bytes: int | None = None
+) -> Checkpoint:
+    """``overflow: compress`` in a context build: compact now, within the policy's timeout,
+    aiming the summary at what the rest of the history leaves of its budget."""
+    policy, _source = effective_policy(session)
+    try:
+        with transaction.atomic():
+            _take_over_pending_check(session.pk)
+            row = Checkpoint.objects.create(
+                id=uuid.uuid4(),
+                session=session,
+                status=Checkpoint.RUNNING,
+                origin="overflow",
+                policy=policy.as_dict(),
+            )
+    except IntegrityError:
+        raise _in_progress(session) from None
+    return execute(
+        row,
+        session,
+        policy,
+        current_input_tokens=current_input_tokens,
+        expected_head=head_unchecked,
+        history_limit_bytes=history_limit_bytes,
+    )
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def execute(
+    row: Checkpoint,
+    session: Session,
+    policy: CompactionPolicy,
+    *,
+    timeout_ms: int | None = None,
+    current_input_tokens: int = 0,
+    expected_head: str | _Unchecked | None = head_unchecked,
+    pinned: tuple[str, ...] | None = None,
+    history_limit_bytes: int | None = None,
+) -> Checkpoint:
+    """Run the engine for ``row`` (status ``running``) and record the result. A skipped
+    automatic check deletes its row; the updated row is returned otherwise."""
+    started = time.monotonic()
+    deadline = started + (timeout_ms or policy.timeout_ms) / 1000
+    visible = visible_checkpoints(session.pk)
+    head = _head_id(session.pk)
+    events = source_events(session.pk, visible, policy)
+    inp = engine.EngineInput(
+        events=events,
+        visible=[v.view for v in visible],
+        policy=policy,
+        origin=row.origin,
+        current_input_tokens=current_input_tokens,
+        automatic=automatic_state(session.pk, policy)
+        if row.origin == "automatic"
+        else engine.AutomaticState(),
+        pinned=pinned,
+        history_limit_bytes=history_limit_bytes,
+    )
+    from sessions_app.compaction.summarizers import summarizer_for
+
+    outcome = engine.compact(
+        inp, summarizer_for(policy.summarizer), deadline=deadline, checkpoint_id=str(row.id)
+    )
+    elapsed_ms = (time.monotonic() - started) * 1000
+    row.summarizer = policy.summarizer.kind
+    row.model = policy.summarizer.model or ""
+    row.policy = policy.as_dict()
+    if outcome.status == "skipped":
+        _note_skip(session.pk, outcome.reason)
+        Checkpoint.objects.filter(pk=row.pk).delete()
+        row.status, row.reason, row.message = "skipped", outcome.reason, outcome.message
+        row.tokens_before = outcome.tokens_before
+        return row
+    if outcome.status == "error":
+        return _fail(row, outcome.reason, outcome.message, outcome, elapsed_ms)
+    try:
+        _commit(row, session, outcome, policy, visible, head, expected_head, elapsed_ms)
+    except CommitConflict as conflict:
+        return _fail(row, conflict.code, str(conflict), outcome, elapsed_ms, conflict.details)
+    _reset_backoff(session.pk)
+    row.refresh_from_db()
+    logger.info(
+        "compaction committed",
+        extra={
+            "checkpoint_id": str(row.id),
+            "session_pk": session.pk,
+            "origin": row.origin,
+            "trigger": row.trigger,
+            "representation": row.representation,
+            "first_seq": row.first_seq,
+            "last_seq": row.last_seq,
+            "tokens_before": row.tokens_before,
+            "tokens_after": row.tokens_after,
+            "duration_ms": round(elapsed_ms, 3),
+        },
+    )
+    return row
+
+
+def _note_skip(session_pk: int, reason: str) -> None:
+    CompactionState.objects.update_or_create(
+        session_id=session_pk,
+        defaults={"last_skip_reason": reason, "last_checked_at": timezone.now()},
+    )
+    CompactionState.objects.filter(session_id=session_pk).update(checks=F("checks") + 1)
+
+
+def _reset_backoff(session_pk: int) -> None:
+    CompactionState.objects.filter(session_id=session_pk).update(
+        ineffective_streak=0, backoff_until=None
+    )
+
+
+def _fail(
+    row: Checkpoint,
+    code: str,
+    message: str,
+    outcome: engine.Outcome,
+    elapsed_ms: float,
+    details: dict | None = None,
+) -> Checkpoint:
+    row.status = Checkpoint.FAILED
+    row.reason = code
+    row.message = message[:500]
+    row.trigger = outcome.trigger
+    row.usage = outcome.usage
+    row.tokens_before = outcome.tokens_before or None
+    row.tokens_after = outcome.tokens_after or None
+    row.duration_ms = round(elapsed_ms, 3)
+    row.finished_at = timezone.now()
+    row.save(
+        update_fields=[
+            "status",
+            "reason",
+            "message",
+            "trigger",
+            "usage",
+            "tokens_before",
+            "tokens_after",
+            "duration_ms",
+            "finished_at",
+            "summarizer",
+            "model",
+            "policy",
+        ]
+    )
+    if code == "ineffective_compaction" and row.origin == "automatic":
+        state, _created = CompactionState.objects.get_or_create(session_id=row.session_id)
+        state.ineffective_streak += 1
+        backoff = min(BACKOFF_BASE * (2 ** (state.ineffective_streak - 1)), BACKOFF_MAX)
+        state.backoff_until = timezone.now() + backoff
+        state.save(update_fields=["ineffective_streak", "backoff_until"])
+    row.conflict_details = details or {}
+    logger.info(
+        "compaction failed",
+        extra={"checkpoint_id": str(row.id), "session_pk": row.session_id, "code": code},
+    )
+    return row
+
+
+def _summary_event(row: Checkpoint, outcome: engine.Outcome, start, end) -> dict:
+    """The ADK-shaped record of a summary: ``actions.compaction`` with the covered time span
+    and the summary as the content that replaces it."""
+    content = outcome.items[0]["content"]
+    return {
+        "event_id": f"compaction-{row.id}",
+        "invocation_id": f"compaction-{row.id}",
+        "author": SUMMARY_EVENT_AUTHOR,
+        "content": None,
+        "turn_complete": None,
+        "actions": {
+            "compaction": {
+                "start_timestamp": start,
+                "end_timestamp": end,
+                "compacted_content": content,
+            }
+        },
+        "usage_metadata": None,
+        "custom_metadata": {"checkpoint_id": str(row.id)},
+    }
+
+
+def _commit(
+    row: Checkpoint,
+    session: Session,
+    outcome: engine.Outcome,
+    policy: CompactionPolicy,
+    visible: list[Visible],
+    head: str | None,
+    expected_head,
+    elapsed_ms: float,
+) -> None:
+    absorbed = set(outcome.absorbed)
+    now = timezone.now()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT state, last_seq FROM sessions_app_session WHERE id = %s FOR UPDATE",
+                [session.pk],
+            )
+            locked = cursor.fetchone()
+        if locked is None:
+            raise CommitConflict("compaction_conflict", "The session no longer exists.")
+        state, last_seq = store.decode(locked[0]), locked[1]
+        current_head = _head_id(session.pk)
+        if current_head != head or (
+            expected_head is not head_unchecked and current_head != expected_head
+        ):
+            raise CommitConflict(
+                "stale_head",
+                "The session's active checkpoint changed; nothing changed.",
+                {"expected_head": head, "current_head": current_head},
+            )
+        now_visible = {v.view.id for v in visible_checkpoints(session.pk)}
+        if now_visible != {v.view.id for v in visible}:
+            raise CommitConflict(
+                "compaction_conflict", "The session's checkpoints changed; nothing changed."
+            )
+        absorbed_ranges = [
+            (v.view.first_seq, v.view.last_seq) for v in visible if v.view.id in absorbed
+        ]
+        condition, params = uncovered_sql(absorbed_ranges)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT event_id FROM sessions_app_event "  # noqa: S608
+                f"WHERE session_id = %s AND seq BETWEEN %s AND %s AND kinds & %s = 0 "
+                f"AND {condition} ORDER BY seq",
+                [session.pk, outcome.first_seq, outcome.last_seq, COMPACTION, *params],
+            )
+            present = cursor.fetchall()
+        if tuple(event_id for (event_id,) in present) != outcome.source_event_ids:
+            raise CommitConflict(
+                "compaction_conflict",
+                "The events of the range are not the ones summarised; nothing changed.",
+            )
+        items_json = "[" + ",".join(canonical_json(i).decode("utf-8") for i in outcome.items) + "]"
+        items_bytes = sum(canonical_size(i) for i in outcome.items)
+        summary_event_id = ""
+        if outcome.representation == "summary":
+            start, end = _boundary_epochs(session.pk, outcome.first_seq, outcome.last_seq)
+            event = _summary_event(row, outcome, start, end)
+            derived = Derived(
+                kinds=COMPACTION,
+                call_ids=None,
+                response_ids=None,
+                byte_size=canonical_size(event),
+                context_json="",
+                context_bytes=0,
+                content_hash=fingerprint(event),
+            )
+            store.insert_events(
+                session.pk, [store.NewEvent(last_seq + 1, event, now, derived)], state, now
+            )
+            summary_event_id = event["event_id"]
+        Checkpoint.objects.filter(session_id=session.pk, status=Checkpoint.ACTIVE).update(
+            status=Checkpoint.SUPERSEDED
+        )
+        Checkpoint.objects.filter(pk=row.pk).update(
+            status=Checkpoint.ACTIVE,
+            parent_id=head,
+            trigger=outcome.trigger,
+            representation=outcome.representation,
+            first_seq=outcome.first_seq,
+            last_seq=outcome.last_seq,
+            source_event_ids=list(outcome.source_event_ids),
+            source_fingerprint=outcome.source_fingerprint,
+            summary=outcome.summary,
+            items_json=items_json,
+            items_bytes=items_bytes,
+            item_count=len(outcome.items),
+            tokens=sum(engine.item_tokens(i, policy.bytes_per_token) for i in outcome.items),
+            tokens_before=outcome.tokens_before,
+            tokens_after=outcome.tokens_after,
+            summarizer=policy.summarizer.kind,
+            model=policy.summarizer.model or "",
+            usage=outcome.usage,
+            policy=policy.as_dict(),
+            high_water_seq=last_seq,
+            window_end_invocation=outcome.window_end_invocation,
+            projected_event_ids=list(outcome.projected),
+            summary_event_id=summary_event_id,
+            duration_ms=round(elapsed_ms, 3),
+            finished_at=now,
+        )
+        # Every committed checkpoint inside the new range is subsumed (hidden) by it.
+        Checkpoint.objects.filter(
+            session_id=session.pk,
+            status__in=Checkpoint.COMMITTED,
+            subsumed_by__isnull=True,
+            first_seq__gte=outcome.first_seq,
+            last_seq__lte=outcome.last_seq,
+        ).exclude(pk=row.pk).update(subsumed_by_id=row.pk)
+        if policy.retention == "purge":
+            _purge(session.pk, row, list(outcome.source_event_ids))
+
+
+def _boundary_epochs(session_pk: int, first_seq: int, last_seq: int) -> tuple:
+    """ADK's float timestamps of the range's first and last stored events (None once
+    purged)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT date_part('epoch', timestamp) FROM sessions_app_event "
+            "WHERE session_id = %s AND seq >= %s ORDER BY seq LIMIT 1), "
+            "(SELECT date_part('epoch', timestamp) FROM sessions_app_event "
+            "WHERE session_id = %s AND seq <= %s ORDER BY seq DESC LIMIT 1)",
+            [session_pk, first_seq, session_pk, last_seq],
+        )
+        start, end = cursor.fetchone()
+    return (None if start is None else float(start), None if end is None else float(end))
+
+
+def _purge(session_pk: int, row: Checkpoint, event_ids: list[str]) -> None:
+    """``purge`` retention: delete exactly the summarised source events, once active."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH gone AS (
+                DELETE FROM sessions_app_event
+                 WHERE session_id = %s AND event_id = ANY(%s) AND kinds & %s = 0
+             RETURNING byte_size, token_estimate
+            )
+            UPDATE sessions_app_session
+               SET event_count = event_count - (SELECT count(*) FROM gone),
+                   total_bytes = total_bytes - (SELECT coalesce(sum(byte_size), 0) FROM gone),
+                   token_estimate = token_estimate
+                                    - (SELECT coalesce(sum(token_estimate), 0) FROM gone)
+             WHERE id = %s
+         RETURNING (SELECT count(*) FROM gone)
+            """,
+            [session_pk, event_ids, COMPACTION, session_pk],
+        )
+        purged = cursor.fetchone()[0]
+    Checkpoint.objects.filter(pk=row.pk).update(purged_events=purged)
+
+
+def iso(value) -> str | None:
+    return None if value is None else iso_timestamp(value)
+
+
+def get_checkpoint(session: Session, checkpoint_id: str) -> Checkpoint:
+    try:
+        key = uuid.UUID(checkpoint_id)
+    except ValueError:
+        raise not_found() from None
+    found = Checkpoint.objects.filter(session=session, pk=key).first()
+    if found is None:
+        raise not_found()
+    return found

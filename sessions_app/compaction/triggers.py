@@ -1,0 +1,51 @@
+"""Queueing automatic compaction checks from the append path (kept light: one conditional
+INSERT, and a task published after commit)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import connection
+
+
+def completes_invocation(event: dict) -> bool:
+    """An append that ends an invocation: ``turn_complete``, or a final model answer (text,
+    no function call or response) from an author other than the user."""
+    if event.get("partial"):
+        return False
+    if event.get("turn_complete") is True:
+        return True
+    content = event.get("content")
+    if not content or event.get("author") == "user":
+        return False
+    parts = content.get("parts", [])
+    return any("text" in p for p in parts) and not any(
+        "function_call" in p or "function_response" in p for p in parts
+    )
+
+
+def request_automatic(session_pk: int) -> None:
+    """Queue one automatic check for the session unless one is in flight already (the
+    partial unique index decides, across every process); the task runs after commit."""
+    checkpoint_id = uuid.uuid4()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO sessions_app_checkpoint
+                (id, session_id, status, origin, trigger, representation, reason, message,
+                 source_event_ids, source_fingerprint, items_json, items_bytes, item_count,
+                 tokens, summarizer, model, usage, policy, high_water_seq,
+                 window_end_invocation, projected_event_ids, summary_event_id, purged_events,
+                 created_at)
+            VALUES (%s, %s, 'pending', 'automatic', '', '', '', '', '{}', '', '', 0, 0, 0, '',
+                    '', '{}', '{}', 0, '', '{}', '', 0, now())
+            ON CONFLICT (session_id) WHERE status IN ('pending', 'running') DO NOTHING
+            RETURNING id
+            """,
+            [checkpoint_id, session_pk],
+        )
+        created = cursor.fetchone()
+    if created is not None:
+        from sessions_app.tasks import run_compaction
+
+        run_compaction.delay_on_commit(str(checkpoint_id))
