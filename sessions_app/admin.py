@@ -1,8 +1,14 @@
 from __future__ import annotations
 
-from django.contrib import admin
+import json
 
-from sessions_app.models import Session
+from django.contrib import admin
+from django.db.models import F
+from django.urls import reverse
+from django.utils.html import format_html
+
+from sessions_app.compaction.policy import TRIGGERS
+from sessions_app.models import AppCompactionPolicy, Checkpoint, CompactionState, Session
 
 
 @admin.register(Session)
@@ -42,3 +48,193 @@ class SessionAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+def _fixed_choices_filter(field: str, values: tuple[str, ...]) -> type[admin.SimpleListFilter]:
+    """A filter over a known set of values (no DISTINCT scan of the table to list them)."""
+
+    class Filter(admin.SimpleListFilter):
+        title = field
+        parameter_name = field
+
+        def lookups(self, request, model_admin):
+            return [(value, value) for value in values]
+
+        def queryset(self, request, queryset):
+            value = self.value()
+            return queryset.filter(**{field: value}) if value in values else queryset
+
+    Filter.__name__ = f"{field.title()}Filter"
+    return Filter
+
+
+def _checkpoint_link(checkpoint_id) -> str:
+    if checkpoint_id is None:
+        return "-"
+    url = reverse("admin:sessions_app_checkpoint_change", args=[checkpoint_id])
+    return format_html('<a href="{}">{}</a>', url, checkpoint_id)
+
+
+class _MachineOwned(admin.ModelAdmin):
+    """Rows the service writes: operators look, never add, edit or delete."""
+
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def _session_ids(session_pk: int, user_id: str, session_id: str, app_id: int) -> str:
+    return f"#{session_pk} (app {app_id}, user {user_id}, session {session_id})"
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(_MachineOwned):
+    """Compactions by their ids, ranges and numbers: never the summary or its items."""
+
+    list_display = [
+        "id",
+        "session_ref",
+        "status",
+        "origin",
+        "trigger",
+        "representation",
+        "first_seq",
+        "last_seq",
+        "tokens_before",
+        "tokens_after",
+        "duration_ms",
+        "reason",
+        "created_at",
+    ]
+    list_filter = [
+        "status",
+        _fixed_choices_filter("origin", ("automatic", "manual", "overflow")),
+        _fixed_choices_filter("trigger", (*TRIGGERS, "manual", "overflow")),
+        _fixed_choices_filter("representation", ("summary", "pruned")),
+    ]
+    ordering = ["-created_at", "-id"]
+    fields = [
+        "id",
+        "session_ref",
+        "status",
+        "origin",
+        "trigger",
+        "representation",
+        "reason",
+        "message",
+        "first_seq",
+        "last_seq",
+        "source_event_ids",
+        "source_fingerprint",
+        "item_count",
+        "items_bytes",
+        "tokens",
+        "tokens_before",
+        "tokens_after",
+        "summarizer",
+        "model",
+        "usage",
+        "policy",
+        "parent_ref",
+        "subsumed_by_ref",
+        "high_water_seq",
+        "window_end_invocation",
+        "projected_event_ids",
+        "summary_event_id",
+        "purged_events",
+        "duration_ms",
+        "created_at",
+        "finished_at",
+    ]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        # The summary and the rendered items are conversation content: never even read.
+        return (
+            super()
+            .get_queryset(request)
+            .defer("summary", "items_json")
+            .annotate(
+                _app_id=F("session__app_id"),
+                _user_id=F("session__user_id"),
+                _session_id=F("session__session_id"),
+            )
+        )
+
+    @admin.display(description="session", ordering="session_id")
+    def session_ref(self, obj):
+        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
+
+    @admin.display(description="parent")
+    def parent_ref(self, obj):
+        return _checkpoint_link(obj.parent_id)
+
+    @admin.display(description="subsumed by")
+    def subsumed_by_ref(self, obj):
+        return _checkpoint_link(obj.subsumed_by_id)
+
+
+@admin.register(CompactionState)
+class CompactionStateAdmin(_MachineOwned):
+    """Automatic-compaction bookkeeping per session: backoff and check counters."""
+
+    list_display = [
+        "session_ref",
+        "ineffective_streak",
+        "backoff_until",
+        "checks",
+        "last_skip_reason",
+        "last_checked_at",
+    ]
+    ordering = ["-last_checked_at"]
+    fields = list_display
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _app_id=F("session__app_id"),
+                _user_id=F("session__user_id"),
+                _session_id=F("session__session_id"),
+            )
+        )
+
+    @admin.display(description="session", ordering="session_id")
+    def session_ref(self, obj):
+        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
+
+
+@admin.register(AppCompactionPolicy)
+class AppCompactionPolicyAdmin(_MachineOwned):
+    """Apps' default compaction policies (set through the API, where they are validated)."""
+
+    list_display = ["app", "automatic", "summarizer", "retention", "updated_at"]
+    list_select_related = ["app"]
+    ordering = ["app__name"]
+    fields = ["app", "policy_json", "updated_at"]
+    readonly_fields = fields
+
+    @admin.display(description="automatic", boolean=True)
+    def automatic(self, obj):
+        return obj.policy.get("automatic")
+
+    @admin.display(description="summarizer")
+    def summarizer(self, obj):
+        return obj.policy.get("summarizer", {}).get("kind")
+
+    @admin.display(description="retention")
+    def retention(self, obj):
+        return obj.policy.get("retention")
+
+    @admin.display(description="policy")
+    def policy_json(self, obj):
+        return format_html("<pre>{}</pre>", json.dumps(obj.policy, indent=2, sort_keys=True))

@@ -129,6 +129,9 @@ class AppCompactionPolicy(models.Model):
     policy = models.JSONField()
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        verbose_name_plural = "app compaction policies"
+
     def __str__(self) -> str:
         return f"compaction policy of {self.app_id}"
 
@@ -190,6 +193,10 @@ class Checkpoint(models.Model):
     projected_event_ids = ArrayField(models.CharField(max_length=128), default=list)
     summary_event_id = models.CharField(max_length=128, blank=True)
     purged_events = models.IntegerField(default=0)
+    # What an asynchronous manual request asked for, applied when the worker runs it.
+    timeout_ms = models.IntegerField(null=True)
+    check_head = models.BooleanField(default=False, db_default=False)
+    expected_head = models.UUIDField(null=True)
     duration_ms = models.FloatField(null=True)
     created_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True)

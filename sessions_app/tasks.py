@@ -34,9 +34,8 @@ def run_compaction(checkpoint_id: str) -> str:
     if claimed is None:
         return "not_pending"
     session = Session.objects.select_related("app").get(pk=claimed[0])
-    policy, _source = services.effective_policy(session)
     row = Checkpoint.objects.get(pk=checkpoint_id)
-    return services.execute(row, session, policy).status
+    return services.run_claimed(row, session).status
 
 
 @shared_task(name="sessions_app.sweep_compactions")

@@ -163,6 +163,20 @@ class TestManualCompaction:
         detail = api.get(f"{SESSION}/compactions/{compaction_id}").json()
         assert detail["summary"]["coverage"] == first["coverage"]
 
+    def test_an_async_request_runs_what_it_asked_for(self, api, django_capture_on_commit_callbacks):
+        conversation(api, 4, size=150)
+        body = {"async": True, "source_event_ids": ["u1", "m1"], "expected_head": None}
+        with django_capture_on_commit_callbacks() as published:
+            accepted = compact(api, status=202, **body)
+        assert len(published) == 1  # the task is published once the row is committed
+        assert accepted["status_url"].endswith(f"/compactions/{accepted['compaction_id']}")
+        pending = api.get(f"{SESSION}/compactions/{accepted['compaction_id']}").json()
+        assert pending["status"] == "pending"
+        assert run_compaction.run(accepted["compaction_id"]) == "active"
+        assert run_compaction.run(accepted["compaction_id"]) == "not_pending"
+        done = api.get(f"{SESSION}/compactions/{accepted['compaction_id']}").json()
+        assert done["coverage"] == {"first_seq": 1, "last_seq": 2}
+
     def test_nothing_to_compact(self, api):
         conversation(api, 1)
         error = compact(api, status=422)["error"]

@@ -21,9 +21,9 @@ from sessions_app.compaction.summary import (
     VERSION,
 )
 
-EXCERPT_CHARS = 280
+EXCERPT_CHARS = 160
 OUTCOME_CHARS = 160
-LATEST_CHARS = 400
+LATEST_CHARS = 240
 
 
 def _excerpt(text: str, limit: int) -> str:

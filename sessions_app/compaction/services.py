@@ -19,7 +19,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from ctxadmin.api.errors import ApiError
@@ -108,11 +107,17 @@ class Visible:
     items_json: str
     items_bytes: int
     item_count: int
+    status: str = ""
+
+
+def head_of(visible: list[Visible]) -> str | None:
+    """The active checkpoint (the head is never subsumed, so it is among the visible)."""
+    return next((v.view.id for v in visible if v.status == Checkpoint.ACTIVE), None)
 
 
 _VISIBLE_SQL = """
     SELECT id::text, first_seq, last_seq, representation, tokens, summary, trigger,
-           high_water_seq, window_end_invocation, items_json, items_bytes, item_count
+           high_water_seq, window_end_invocation, items_json, items_bytes, item_count, status
       FROM sessions_app_checkpoint
      WHERE session_id = %s AND status IN ('active', 'superseded') AND subsumed_by_id IS NULL
      ORDER BY first_seq, created_at
@@ -139,6 +144,7 @@ def visible_checkpoints(session_pk: int) -> list[Visible]:
             items_json,
             items_bytes,
             item_count,
+            status,
         )
         for (
             cid,
@@ -153,6 +159,7 @@ def visible_checkpoints(session_pk: int) -> list[Visible]:
             items_json,
             items_bytes,
             item_count,
+            status,
         ) in rows
     ]
 
@@ -222,17 +229,22 @@ def source_events(
     ]
 
 
-def automatic_state(session_pk: int, policy: CompactionPolicy) -> engine.AutomaticState:
-    now = timezone.now()
-    recent = Checkpoint.objects.filter(
-        session_id=session_pk,
-        origin="automatic",
-        status__in=Checkpoint.COMMITTED,
-        created_at__gte=now - timedelta(hours=1),
-    ).count()
-    state = CompactionState.objects.filter(session_id=session_pk).first()
-    backing_off = bool(state and state.backoff_until and state.backoff_until > now)
-    return engine.AutomaticState(recent_successes=recent, backing_off=backing_off)
+def automatic_state(session_pk: int) -> engine.AutomaticState:
+    """Successful automatic compactions in the last hour, and whether a backoff holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT (SELECT count(*) FROM sessions_app_checkpoint
+                     WHERE session_id = %s AND origin = 'automatic'
+                       AND status IN ('active', 'superseded')
+                       AND created_at >= now() - interval '1 hour'),
+                   coalesce((SELECT backoff_until > now() FROM sessions_app_compactionstate
+                              WHERE session_id = %s), false)
+            """,
+            [session_pk, session_pk],
+        )
+        recent, backing_off = cursor.fetchone()
+    return engine.AutomaticState(recent_successes=recent, backing_off=bool(backing_off))
 
 
 # ----------------------------------------------------------------------------- requests
@@ -297,6 +309,9 @@ def request_manual(session: Session, request: ManualRequest) -> tuple[Checkpoint
                 origin="manual",
                 policy=policy.as_dict(),
                 source_event_ids=list(request.source_event_ids or []),
+                timeout_ms=request.timeout_ms,
+                check_head=request.check_head,
+                expected_head=request.expected_head,
             )
     except IntegrityError:
         raise _in_progress(session) from None
@@ -355,6 +370,26 @@ class CommitConflict(Exception):
         self.details = details or {}
 
 
+def run_claimed(row: Checkpoint, session: Session) -> Checkpoint:
+    """A pending row a worker claimed: an automatic check, or an asynchronous manual request
+    with what it asked for (its timeout, expected head and named events)."""
+    policy, _source = effective_policy(session)
+    if row.origin != "manual":
+        return execute(row, session, policy)
+    return execute(
+        row,
+        session,
+        policy,
+        timeout_ms=row.timeout_ms,
+        expected_head=(
+            (None if row.expected_head is None else str(row.expected_head))
+            if row.check_head
+            else head_unchecked
+        ),
+        pinned=tuple(row.source_event_ids) or None,
+    )
+
+
 def run_overflow(
     session: Session, current_input_tokens: int, history_limit_bytes: int | None = None
 ) -> Checkpoint:
@@ -402,7 +437,7 @@ def execute(
     started = time.monotonic()
     deadline = started + (timeout_ms or policy.timeout_ms) / 1000
     visible = visible_checkpoints(session.pk)
-    head = _head_id(session.pk)
+    head = head_of(visible)
     events = source_events(session.pk, visible, policy)
     inp = engine.EngineInput(
         events=events,
@@ -410,7 +445,7 @@ def execute(
         policy=policy,
         origin=row.origin,
         current_input_tokens=current_input_tokens,
-        automatic=automatic_state(session.pk, policy)
+        automatic=automatic_state(session.pk)
         if row.origin == "automatic"
         else engine.AutomaticState(),
         pinned=pinned,
@@ -426,18 +461,16 @@ def execute(
     row.model = policy.summarizer.model or ""
     row.policy = policy.as_dict()
     if outcome.status == "skipped":
-        _note_skip(session.pk, outcome.reason)
-        Checkpoint.objects.filter(pk=row.pk).delete()
+        _note_skip(session.pk, row.pk, outcome.reason)
         row.status, row.reason, row.message = "skipped", outcome.reason, outcome.message
         row.tokens_before = outcome.tokens_before
         return row
     if outcome.status == "error":
         return _fail(row, outcome.reason, outcome.message, outcome, elapsed_ms)
     try:
-        _commit(row, session, outcome, policy, visible, head, expected_head, elapsed_ms)
+        _commit(row, session, outcome, policy, visible, head, expected_head, started)
     except CommitConflict as conflict:
         return _fail(row, conflict.code, str(conflict), outcome, elapsed_ms, conflict.details)
-    _reset_backoff(session.pk)
     row.refresh_from_db()
     logger.info(
         "compaction committed",
@@ -451,24 +484,28 @@ def execute(
             "last_seq": row.last_seq,
             "tokens_before": row.tokens_before,
             "tokens_after": row.tokens_after,
-            "duration_ms": round(elapsed_ms, 3),
+            "duration_ms": row.duration_ms,
         },
     )
     return row
 
 
-def _note_skip(session_pk: int, reason: str) -> None:
-    CompactionState.objects.update_or_create(
-        session_id=session_pk,
-        defaults={"last_skip_reason": reason, "last_checked_at": timezone.now()},
-    )
-    CompactionState.objects.filter(session_id=session_pk).update(checks=F("checks") + 1)
-
-
-def _reset_backoff(session_pk: int) -> None:
-    CompactionState.objects.filter(session_id=session_pk).update(
-        ineffective_streak=0, backoff_until=None
-    )
+def _note_skip(session_pk: int, checkpoint_pk, reason: str) -> None:
+    """A skipped check leaves no checkpoint row, only the session's counters."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH gone AS (DELETE FROM sessions_app_checkpoint WHERE id = %s)
+            INSERT INTO sessions_app_compactionstate
+                (session_id, ineffective_streak, checks, last_skip_reason, last_checked_at)
+            VALUES (%s, 0, 1, %s, now())
+            ON CONFLICT (session_id) DO UPDATE
+               SET checks = sessions_app_compactionstate.checks + 1,
+                   last_skip_reason = EXCLUDED.last_skip_reason,
+                   last_checked_at = EXCLUDED.last_checked_at
+            """,
+            [checkpoint_pk, session_pk, reason],
+        )
 
 
 def _fail(
@@ -548,8 +585,11 @@ def _commit(
     visible: list[Visible],
     head: str | None,
     expected_head,
-    elapsed_ms: float,
+    started: float,
 ) -> None:
+    """Everything the engine assumed is checked again under the session's row lock; then
+    the summary event, the checkpoint, its parent and what it subsumes, and the purge
+    commit together."""
     absorbed = set(outcome.absorbed)
     now = timezone.now()
     with transaction.atomic():
@@ -562,7 +602,8 @@ def _commit(
         if locked is None:
             raise CommitConflict("compaction_conflict", "The session no longer exists.")
         state, last_seq = store.decode(locked[0]), locked[1]
-        current_head = _head_id(session.pk)
+        now_visible_rows = visible_checkpoints(session.pk)
+        current_head = head_of(now_visible_rows)
         if current_head != head or (
             expected_head is not head_unchecked and current_head != expected_head
         ):
@@ -571,8 +612,7 @@ def _commit(
                 "The session's active checkpoint changed; nothing changed.",
                 {"expected_head": head, "current_head": current_head},
             )
-        now_visible = {v.view.id for v in visible_checkpoints(session.pk)}
-        if now_visible != {v.view.id for v in visible}:
+        if {v.view.id for v in now_visible_rows} != {v.view.id for v in visible}:
             raise CommitConflict(
                 "compaction_conflict", "The session's checkpoints changed; nothing changed."
             )
@@ -582,13 +622,14 @@ def _commit(
         condition, params = uncovered_sql(absorbed_ranges)
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT event_id FROM sessions_app_event "  # noqa: S608
+                "SELECT event_id, seq, date_part('epoch', timestamp) "  # noqa: S608
+                "FROM sessions_app_event "
                 f"WHERE session_id = %s AND seq BETWEEN %s AND %s AND kinds & %s = 0 "
                 f"AND {condition} ORDER BY seq",
                 [session.pk, outcome.first_seq, outcome.last_seq, COMPACTION, *params],
             )
             present = cursor.fetchall()
-        if tuple(event_id for (event_id,) in present) != outcome.source_event_ids:
+        if tuple(event_id for event_id, _seq, _when in present) != outcome.source_event_ids:
             raise CommitConflict(
                 "compaction_conflict",
                 "The events of the range are not the ones summarised; nothing changed.",
@@ -597,7 +638,10 @@ def _commit(
         items_bytes = sum(canonical_size(i) for i in outcome.items)
         summary_event_id = ""
         if outcome.representation == "summary":
-            start, end = _boundary_epochs(session.pk, outcome.first_seq, outcome.last_seq)
+            if present and present[0][1] == outcome.first_seq:
+                start, end = float(present[0][2]), float(present[-1][2])
+            else:  # the range begins with absorbed checkpoints
+                start, end = _boundary_epochs(session.pk, outcome.first_seq, outcome.last_seq)
             event = _summary_event(row, outcome, start, end)
             derived = Derived(
                 kinds=COMPACTION,
@@ -612,9 +656,7 @@ def _commit(
                 session.pk, [store.NewEvent(last_seq + 1, event, now, derived)], state, now
             )
             summary_event_id = event["event_id"]
-        Checkpoint.objects.filter(session_id=session.pk, status=Checkpoint.ACTIVE).update(
-            status=Checkpoint.SUPERSEDED
-        )
+        _retire(session.pk, row.pk, outcome.first_seq, outcome.last_seq)
         Checkpoint.objects.filter(pk=row.pk).update(
             status=Checkpoint.ACTIVE,
             parent_id=head,
@@ -639,19 +681,36 @@ def _commit(
             window_end_invocation=outcome.window_end_invocation,
             projected_event_ids=list(outcome.projected),
             summary_event_id=summary_event_id,
-            duration_ms=round(elapsed_ms, 3),
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
             finished_at=now,
         )
-        # Every committed checkpoint inside the new range is subsumed (hidden) by it.
-        Checkpoint.objects.filter(
-            session_id=session.pk,
-            status__in=Checkpoint.COMMITTED,
-            subsumed_by__isnull=True,
-            first_seq__gte=outcome.first_seq,
-            last_seq__lte=outcome.last_seq,
-        ).exclude(pk=row.pk).update(subsumed_by_id=row.pk)
         if policy.retention == "purge":
             _purge(session.pk, row, list(outcome.source_event_ids))
+
+
+def _retire(session_pk: int, checkpoint_pk, first_seq: int, last_seq: int) -> None:
+    """Before the new checkpoint becomes the head: the old head is superseded, every
+    committed checkpoint inside the new range is subsumed (hidden) by it, and a success ends
+    any backoff. One statement per table, each row changed once."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE sessions_app_checkpoint
+               SET status = CASE WHEN status = 'active' THEN 'superseded' ELSE status END,
+                   subsumed_by_id = CASE
+                       WHEN subsumed_by_id IS NULL AND first_seq >= %s AND last_seq <= %s
+                       THEN %s ELSE subsumed_by_id END
+             WHERE session_id = %s AND id <> %s AND status IN ('active', 'superseded')
+               AND (status = 'active'
+                    OR (subsumed_by_id IS NULL AND first_seq >= %s AND last_seq <= %s))
+            """,
+            [first_seq, last_seq, checkpoint_pk, session_pk, checkpoint_pk, first_seq, last_seq],
+        )
+        cursor.execute(
+            "UPDATE sessions_app_compactionstate SET ineffective_streak = 0, backoff_until = NULL "
+            "WHERE session_id = %s AND (ineffective_streak <> 0 OR backoff_until IS NOT NULL)",
+            [session_pk],
+        )
 
 
 def _boundary_epochs(session_pk: int, first_seq: int, last_seq: int) -> tuple:
