@@ -29,6 +29,7 @@ from urllib.parse import urlencode, urlsplit
 import psutil
 import psycopg
 
+from bench import locomo
 from bench.workload import conversation
 from ctxadmin import stack
 from ctxadmin.testing.service import ServiceProcess
@@ -299,7 +300,7 @@ def ratio(ours: float, theirs: float, higher_is_better: bool) -> float:
     return round(ours / theirs if higher_is_better else theirs / ours, 2)
 
 
-def write_report(ours: dict, peer: dict | None, info: dict, args) -> None:
+def write_report(ours: dict, peer: dict | None, info: dict, args, compaction: dict) -> None:
     rows = []
 
     def row(label, our_value, peer_value, higher, target, met):
@@ -448,6 +449,13 @@ build uses `{{"budgets": {{"max_tokens": 32000}}, "overflow": "truncate"}}` and 
 ```json
 {detail}
 ```
+
+{locomo.report(compaction)}
+### Compaction figures
+
+```json
+{json.dumps({k: v for k, v in compaction.items() if k != "conversations"}, indent=2)}
+```
 """
     )
 
@@ -481,6 +489,12 @@ def main() -> None:
         print("measuring ctxadmin …", flush=True)
         ours = measure_ctxadmin(service, api, args)
         print(json.dumps(ours, indent=2), flush=True)
+        print("replaying LoCoMo with automatic compaction …", flush=True)
+        compaction = locomo.measure(api)
+        print(
+            json.dumps({k: v for k, v in compaction.items() if k != "conversations"}, indent=2),
+            flush=True,
+        )
         peer = None
         if not args.skip_peer:
             from bench import adk_peer
@@ -497,7 +511,7 @@ def main() -> None:
         _code, alive = service.stop()
         for process in alive:
             process.kill()
-    write_report(ours, peer, info, args)
+    write_report(ours, peer, info, args, compaction)
     print(f"wrote {REPORT}")
 
 

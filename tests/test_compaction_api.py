@@ -339,6 +339,52 @@ class TestManualCompaction:
 
 
 @pytest.mark.django_db
+class TestAutomaticChecks:
+    def run_pending(self):
+        pending = Checkpoint.objects.filter(status="pending").values_list("id", flat=True)
+        return [run_compaction.run(str(checkpoint_id)) for checkpoint_id in pending]
+
+    def state(self):
+        from sessions_app.models import CompactionState
+
+        return CompactionState.objects.get(session=Session.objects.get())
+
+    def test_no_policy_no_automatic_check(self, api, django_capture_on_commit_callbacks):
+        with django_capture_on_commit_callbacks() as published:
+            conversation(api, 3)
+        assert published == [] and not Checkpoint.objects.exists()
+
+    def test_skips_leave_no_row_and_name_their_reason(
+        self, api, django_capture_on_commit_callbacks
+    ):
+        set_policy(api, token_threshold=100000, retain_recent_exchanges=1)
+        with django_capture_on_commit_callbacks():
+            conversation(api, 1)
+            assert self.run_pending() == ["skipped"]
+        assert self.state().last_skip_reason == "below_trigger"
+        set_policy(api, token_threshold=1, retain_recent_exchanges=1)
+        with django_capture_on_commit_callbacks():
+            append(api, text("agent", "done", event_id="m-extra"))
+            assert self.run_pending() == ["skipped"]
+        assert self.state().last_skip_reason == "insufficient_history"
+        set_policy(api, token_threshold=1, automatic=False)
+        assert not Checkpoint.objects.exists()
+        assert self.state().checks == 2
+
+    def test_an_ineffective_result_backs_off(self, api, django_capture_on_commit_callbacks):
+        set_policy(api, token_threshold=10, retain_recent_exchanges=1, min_reclaim_tokens=10**6)
+        with django_capture_on_commit_callbacks():
+            conversation(api, 4)
+            assert self.run_pending() == ["failed"]
+        state = self.state()
+        assert state.ineffective_streak == 1 and state.backoff_until is not None
+        with django_capture_on_commit_callbacks():
+            conversation(api, 1, start=5)
+            assert self.run_pending() == ["skipped"]
+        assert self.state().last_skip_reason == "automatic_limit"
+
+
+@pytest.mark.django_db
 class TestSlidingWindow:
     def invocation(self, api, number: int):
         inv = f"inv{number}"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from sessions_app.compaction import extractive
 from sessions_app.compaction.engine import (
@@ -196,6 +199,23 @@ class TestCut:
         assert old <= {r["event_id"] for r in second.summary["user_requests"]}
 
 
+class TestInputBounds:
+    def test_the_range_is_cut_back_to_max_input_events_on_a_unit_boundary(self):
+        events = [user(1, "word " * 300), call(2, "c"), response(3, "c"), *conversation(12)[3:]]
+        policy = CompactionPolicy(token_threshold=10, retain_recent_exchanges=1, max_input_events=2)
+        outcome = run(events, policy)
+        assert outcome.status == "compacted"
+        assert outcome.source_event_ids == ("e1",)  # the call/response unit would not fit
+
+    def test_a_first_unit_over_the_limit_is_input_too_large(self):
+        events = [user(1, "x" * 5000), *conversation(12)[1:]]
+        policy = CompactionPolicy(
+            token_threshold=10, retain_recent_exchanges=1, max_input_bytes=1000
+        )
+        outcome = run(events, policy)
+        assert (outcome.status, outcome.reason) == ("error", "input_too_large")
+
+
 class TestSlidingWindow:
     def invocations(self, count: int, start: int = 1):
         events, seq = [], 1
@@ -366,3 +386,52 @@ class TestSummaryValidation:
         assert summary.summary["user_requests"] == [{"event_id": "e1", "omitted": "secret"}]
         assert "sk-live" not in str(summary.summary)
         validate_summary(summary.summary, source, 4096)
+
+
+@st.composite
+def histories_with_tools(draw):
+    """Random conversations: user and model turns, calls answered later or never."""
+    events, open_calls, seq = [], [], 0
+    for _ in range(draw(st.integers(1, 40))):
+        seq += 1
+        kind = draw(st.sampled_from(["user", "model", "call", "answer"]))
+        if kind == "answer" and open_calls:
+            call_id = open_calls.pop(draw(st.integers(0, len(open_calls) - 1)))
+            events.append(response(seq, call_id))
+        elif kind == "call":
+            call_id = f"c{seq}"
+            open_calls.append(call_id)
+            events.append(call(seq, call_id))
+        elif kind == "user":
+            events.append(user(seq))
+        else:
+            events.append(model(seq))
+    return events
+
+
+@hypothesis_settings(max_examples=300)
+@given(histories_with_tools(), st.integers(0, 6))
+def test_a_cut_never_holds_an_open_obligation_nor_splits_a_unit(events, retain):
+    from sessions_app.compaction.engine import open_obligations, plan_prefix, units
+
+    policy = CompactionPolicy(token_threshold=1, retain_recent_exchanges=retain)
+    plan = plan_prefix(EngineInput(events=events, visible=[], policy=policy))
+    if plan is None:
+        return
+    chosen = {e.event_id for e in plan.events}
+    # A contiguous run, in order.
+    positions = [i for i, e in enumerate(events) if e.event_id in chosen]
+    assert positions == list(range(positions[0], positions[-1] + 1))
+    # Nothing open inside, and no call without its response or response without its call.
+    assert not {events[i].event_id for i in open_obligations(events)} & chosen
+    calls = {c["id"] for e in plan.events for c in e.calls}
+    answers = {r["id"] for e in plan.events for r in e.responses}
+    assert calls == answers
+    # Before it, only units holding an open obligation (kept raw); the two newest user
+    # events stay raw too.
+    obligations = open_obligations(events)
+    for first, last in units(events):
+        if first < positions[0]:
+            assert last < positions[0] and any(first <= i <= last for i in obligations)
+    newest_users = [e.event_id for e in events if e.is_user][-2:]
+    assert not set(newest_users) & chosen

@@ -376,23 +376,31 @@ def _retained_start(raw: list[SourceEvent], policy: CompactionPolicy) -> int:
 
 
 def plan_prefix(inp: EngineInput) -> Plan | None:
-    """The longest self-contained run of events before the retained tail, with the visible
+    """The longest self-contained run of units before the retained tail, with the visible
     checkpoints before it that no open obligation separates from it (they are absorbed, so
-    the new summary replaces them). An open obligation first in line stays raw, and the run
-    after it is taken instead (a disjoint checkpoint)."""
+    the new summary replaces them). A unit holding an open obligation stays raw; when one
+    comes first in line, the run after it is taken instead (a disjoint checkpoint)."""
     raw = [e for e in inp.events if not _covered(e.seq, inp.visible)]
     tail = _retained_start(raw, inp.policy)
-    obligations = sorted(i for i in open_obligations(raw) if i < tail)
-    begin = 0
-    for index in [*obligations, tail]:
-        if index > begin:
-            run = raw[begin:index]
-            lower = raw[begin - 1].seq if begin > 0 else 0  # an obligation kept raw
-            absorbed = [c for c in inp.visible if lower < c.first_seq and c.last_seq < run[-1].seq]
-            first_seq = min([run[0].seq, *(c.first_seq for c in absorbed)])
-            return Plan(first_seq, run[-1].seq, run, absorbed)
-        begin = index + 1
-    return None
+    obligations = open_obligations(raw)
+    run: list[int] = []  # indices of the run being collected
+    kept_before = -1  # index of the last event kept raw before the run
+    for first, last in units(raw):
+        if last >= tail:
+            break
+        if any(first <= i <= last for i in obligations):
+            if run:
+                break
+            kept_before = last
+            continue
+        run.extend(range(first, last + 1))
+    if not run:
+        return None
+    events = [raw[i] for i in run]
+    lower = raw[kept_before].seq if kept_before >= 0 else 0
+    absorbed = [c for c in inp.visible if lower < c.first_seq and c.last_seq < events[-1].seq]
+    first_seq = min([events[0].seq, *(c.first_seq for c in absorbed)])
+    return Plan(first_seq, events[-1].seq, events, absorbed)
 
 
 def plan_pinned(inp: EngineInput) -> Plan | None:
@@ -409,14 +417,17 @@ def plan_pinned(inp: EngineInput) -> Plan | None:
     if tuple(ids[begin:end]) != pinned:
         return None
     obligations = open_obligations(raw)
-    if any(i not in obligations for i in range(begin)):
-        return None
+    spans = units(raw)
     if any(begin <= i < end for i in obligations):
         return None
-    if not any(first == begin for first, _last in units(raw)) or not any(
-        last == end - 1 for _first, last in units(raw)
+    if not any(first == begin for first, _last in spans) or not any(
+        last == end - 1 for _first, last in spans
     ):
         return None
+    # Before it: only units kept raw for an open obligation.
+    for first, last in spans:
+        if first < begin and not any(first <= i <= last for i in obligations):
+            return None
     run = raw[begin:end]
     lower = raw[begin - 1].seq if begin > 0 else 0
     absorbed = [c for c in inp.visible if lower < c.first_seq and c.last_seq < run[-1].seq]

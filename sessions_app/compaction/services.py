@@ -35,6 +35,7 @@ from sessions_app.services import invalid, not_found
 logger = logging.getLogger("ctxadmin.compaction")
 
 BACKOFF_BASE = timedelta(minutes=1)
+TRANSIENT_FAILURES = frozenset({"stale_head", "compaction_conflict"})
 BACKOFF_MAX = timedelta(hours=1)
 SUMMARY_EVENT_AUTHOR = "ctxadmin"
 
@@ -541,7 +542,10 @@ def _fail(
             "policy",
         ]
     )
-    if code == "ineffective_compaction" and row.origin == "automatic":
+    # An automatic run that failed for a reason that would recur (an ineffective summary, a
+    # summarizer or provider failure, a deadline) backs off, so a failing provider does not
+    # cost a run, and a row, per completed invocation. Conflicts are transient: no backoff.
+    if row.origin == "automatic" and code not in TRANSIENT_FAILURES:
         state, _created = CompactionState.objects.get_or_create(session_id=row.session_id)
         state.ineffective_streak += 1
         backoff = min(BACKOFF_BASE * (2 ** (state.ineffective_streak - 1)), BACKOFF_MAX)
@@ -629,7 +633,15 @@ def _commit(
                 [session.pk, outcome.first_seq, outcome.last_seq, COMPACTION, *params],
             )
             present = cursor.fetchall()
-        if tuple(event_id for event_id, _seq, _when in present) != outcome.source_event_ids:
+        present_ids = tuple(event_id for event_id, _seq, _when in present)
+        missing = set(outcome.projected) - set(present_ids)
+        if missing:
+            raise CommitConflict(
+                "missing_artifact",
+                "A projected tool response's stored original is gone; nothing changed.",
+                {"missing": len(missing)},
+            )
+        if present_ids != outcome.source_event_ids:
             raise CommitConflict(
                 "compaction_conflict",
                 "The events of the range are not the ones summarised; nothing changed.",
