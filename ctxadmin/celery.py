@@ -73,6 +73,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # Periodic work, declared in code; each entry names a task that re-drives due rows.
 BEAT_SCHEDULE: dict[str, dict] = {
     "sweep-compactions": {"task": "sessions_app.sweep_compactions", "schedule": 60.0},
+    "embed-pending-memories": {"task": "memory.embed_pending", "schedule": 60.0},
 }
 app.conf.beat_schedule = BEAT_SCHEDULE
 

@@ -7,6 +7,7 @@ commands run beside ``make run`` reach the same database and Redis with no confi
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -127,6 +128,28 @@ CTXADMIN_SESSION_EVENTS_MAX = env.int("CTXADMIN_SESSION_EVENTS_MAX", 10000, mini
 CTXADMIN_MAX_CONTEXT_BYTES = env.int(
     "CTXADMIN_MAX_CONTEXT_BYTES", 16 * 1024 * 1024, minimum=1024, maximum=256 * 1024 * 1024
 )
+# Long-term memory.
+CTXADMIN_MEMORY_MAX_CONTENT_BYTES = env.int(
+    "CTXADMIN_MEMORY_MAX_CONTENT_BYTES", 32 * 1024, minimum=256, maximum=1024 * 1024
+)
+CTXADMIN_MEMORY_MAX_METADATA_BYTES = env.int(
+    "CTXADMIN_MEMORY_MAX_METADATA_BYTES", 16 * 1024, minimum=256, maximum=1024 * 1024
+)
+CTXADMIN_MEMORY_MAX_PER_SCOPE = env.int("CTXADMIN_MEMORY_MAX_PER_SCOPE", 100_000, minimum=1)
+CTXADMIN_MEMORY_MAX_TOTAL = env.int("CTXADMIN_MEMORY_MAX_TOTAL", 10_000_000, minimum=1)
+CTXADMIN_MEMORY_TS_CONFIG = env.str("CTXADMIN_MEMORY_TS_CONFIG", "english")
+CTXADMIN_EMBEDDER = env.str("CTXADMIN_EMBEDDER", "hashing")
+CTXADMIN_EMBEDDING_DIMENSION = env.int(
+    "CTXADMIN_EMBEDDING_DIMENSION", 384, minimum=8, maximum=16000
+)
+CTXADMIN_EMBEDDER_CONNECTION = env.str("CTXADMIN_EMBEDDER_CONNECTION", "")
+CTXADMIN_EMBEDDER_MODEL = env.str("CTXADMIN_EMBEDDER_MODEL", "")
+if CTXADMIN_EMBEDDER not in ("hashing", "local", "openai_compatible", "gemini"):
+    raise ImproperlyConfigured(
+        "CTXADMIN_EMBEDDER must be one of hashing, local, openai_compatible, gemini"
+    )
+if not re.fullmatch(r"[a-z_]{1,63}", CTXADMIN_MEMORY_TS_CONFIG):
+    raise ImproperlyConfigured("CTXADMIN_MEMORY_TS_CONFIG must name a text search configuration")
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXADMIN_MAX_BODY_BYTES
 
 # --------------------------------------------------------------------------- model providers
@@ -238,6 +261,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "ctxadmin.api.schema.add_error_envelope",
         "sessions_app.api.schemas.add_components",
+        "memory.api.schemas.add_components",
     ],
     "DISABLE_ERRORS_AND_WARNINGS": False,
     # Swagger UI's assets ship with the project (no CDN).

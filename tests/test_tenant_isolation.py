@@ -15,6 +15,7 @@ SAMPLE = {
     "sid": "s-1",
     "prefix": "abcdefghij",
     "compaction_id": "00000000-0000-4000-8000-000000000001",
+    "memory_id": "00000000-0000-4000-8000-000000000002",
 }
 METHODS = ("get", "post", "put", "patch", "delete")
 

@@ -24,6 +24,12 @@ _RULES = {
         "1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit",
     ),
     "prefix": (re.compile(r"^[a-z0-9]{10}\Z"), "the 10-character prefix of an API key"),
+    "memory_id": (
+        re.compile(
+            r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z"
+        ),
+        "a UUID",
+    ),
     "compaction_id": (
         re.compile(
             r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z"

@@ -1,0 +1,606 @@
+"""Memory writes and searches, always inside one exact (app, user) scope.
+
+Nothing a client sends — metadata, filters, provenance — can widen a scope: every statement
+here is bound to ``app_id = %s AND user_id = %s`` by the caller's key and path, and the
+filter compiler only adds conditions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from ctxadmin.api.errors import ApiError
+from ctxadmin.canonical import canonical_json, canonical_size
+from ctxadmin.models import App
+from ctxadmin.pruning import is_secret_key, looks_like_secret
+from memory import filters as memory_filters
+from sessions_app.events import EventError, iso_timestamp, parse_timestamp
+
+logger = logging.getLogger("ctxadmin.memory")
+
+REDACTED = "[redacted]"
+ADD_KEYS = frozenset({"content", "metadata", "provenance", "idempotency_key", "embed"})
+PROVENANCE_KEYS = frozenset({"session_id", "event_id", "author", "timestamp"})
+SEARCH_KEYS = frozenset({"query", "mode", "filter", "limit", "min_score", "weights"})
+MODES = ("lexical", "vector", "hybrid")
+MAX_SEARCH_LIMIT = 100
+MAX_QUERY_BYTES = 4096
+_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}\Z")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
+RRF_K = 60
+# How far an iterative HNSW scan may go to fill a small scope's results (pgvector's default,
+# 20,000, can stop short when a scope is a sliver of a large table).
+MAX_SCAN_TUPLES = 100_000
+
+
+def invalid(path: str, message: str) -> ApiError:
+    return ApiError("validation_error", f"{path}: {message}", details={"field": path})
+
+
+def not_found() -> ApiError:
+    return ApiError("not_found", "Not found.", status_code=404)
+
+
+# ----------------------------------------------------------------------------- adding
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    content: str
+    metadata: dict
+    idempotency_key: str | None
+    session_id: str
+    event_id: str
+    author: str
+    source_timestamp: Any
+    embed: str  # sync | async | auto
+
+
+def redact_metadata(value: Any) -> Any:
+    """Values under secret-named keys become a marker, at any depth."""
+    if isinstance(value, dict):
+        return {
+            key: REDACTED if is_secret_key(key) else redact_metadata(child)
+            for key, child in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_metadata(child) for child in value]
+    return value
+
+
+def parse_new_memory(body: Any) -> NewMemory:
+    if not isinstance(body, dict):
+        raise invalid("body", "must be a JSON object")
+    unknown = sorted(set(body) - ADD_KEYS)
+    if unknown:
+        raise invalid(unknown[0], "unknown field")
+    content = body.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise invalid("content", "must be a non-empty string")
+    limit = settings.CTXADMIN_MEMORY_MAX_CONTENT_BYTES
+    if len(content.encode("utf-8")) > limit:
+        raise invalid("content", f"must be at most {limit} bytes of UTF-8")
+    if "\x00" in content:
+        raise invalid("content", "must not contain NUL characters")
+    metadata = body.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise invalid("metadata", "must be an object")
+    for key in metadata:
+        if not _KEY.match(key) and not is_secret_key(key):
+            raise invalid(
+                f"metadata.{key[:64]}", "keys are 1-256 characters, starting with a letter or digit"
+            )
+    metadata = redact_metadata(metadata)
+    metadata_limit = settings.CTXADMIN_MEMORY_MAX_METADATA_BYTES
+    if canonical_size(metadata) > metadata_limit:
+        raise invalid("metadata", f"must be at most {metadata_limit} bytes")
+    provenance = body.get("provenance") or {}
+    if not isinstance(provenance, dict):
+        raise invalid("provenance", "must be an object")
+    unknown = sorted(set(provenance) - PROVENANCE_KEYS)
+    if unknown:
+        raise invalid(f"provenance.{unknown[0]}", "unknown field")
+    for name in ("session_id", "event_id", "author"):
+        value = provenance.get(name, "")
+        if not isinstance(value, str) or (value and not _ID.match(value)):
+            raise invalid(f"provenance.{name}", "must be an identifier of 1-128 characters")
+    when = None
+    if provenance.get("timestamp") is not None:
+        try:
+            when = parse_timestamp(provenance["timestamp"], "provenance.timestamp")
+        except EventError as exc:
+            raise invalid(exc.path, exc.message) from None
+    key = body.get("idempotency_key")
+    if key is not None and (not isinstance(key, str) or not _KEY.match(key)):
+        raise invalid("idempotency_key", "must be 1-256 characters from A-Z a-z 0-9 . _ : @ / -")
+    embed = body.get("embed", "auto")
+    if embed not in ("auto", "sync", "async"):
+        raise invalid("embed", "must be auto, sync or async")
+    if looks_like_secret(content):
+        raise ApiError(
+            "sensitive_memory_content",
+            "The content looks like it carries a credential; it was not stored.",
+            status_code=422,
+        )
+    return NewMemory(
+        content=content,
+        metadata=metadata,
+        idempotency_key=key,
+        session_id=provenance.get("session_id", ""),
+        event_id=provenance.get("event_id", ""),
+        author=provenance.get("author", ""),
+        source_timestamp=when,
+        embed=embed,
+    )
+
+
+def _check_capacity(app: App, user_id: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT (SELECT count(*) FROM (SELECT 1 FROM memory_memoryentry
+                                           WHERE app_id = %s AND user_id = %s LIMIT %s) s),
+                   (SELECT greatest(reltuples, 0)::bigint FROM pg_class
+                     WHERE oid = 'memory_memoryentry'::regclass)
+            """,
+            [app.pk, user_id, settings.CTXADMIN_MEMORY_MAX_PER_SCOPE],
+        )
+        in_scope, total = cursor.fetchone()
+    if in_scope >= settings.CTXADMIN_MEMORY_MAX_PER_SCOPE:
+        raise ApiError(
+            "memory_capacity_exceeded",
+            "This user's memory is full.",
+            status_code=422,
+            details={"limit": "per_scope", "maximum": settings.CTXADMIN_MEMORY_MAX_PER_SCOPE},
+        )
+    if total >= settings.CTXADMIN_MEMORY_MAX_TOTAL:
+        raise ApiError(
+            "memory_capacity_exceeded",
+            "The deployment's memory is full.",
+            status_code=422,
+            details={"limit": "total", "maximum": settings.CTXADMIN_MEMORY_MAX_TOTAL},
+        )
+
+
+ENTRY_COLUMNS = (
+    "id::text, content, metadata, session_id, event_id, author, "
+    "to_json(source_timestamp) #>> '{}', to_json(created_at) #>> '{}', "
+    "embedding_model, content_sha256, idempotency_key"
+)
+
+
+def _entry(row) -> dict:
+    (
+        entry_id,
+        content,
+        metadata,
+        session_id,
+        event_id,
+        author,
+        source_timestamp,
+        created_at,
+        model,
+        digest,
+        key,
+    ) = row
+    from sessions_app.store import decode
+
+    return {
+        "id": entry_id,
+        "content": content,
+        "metadata": decode(metadata),
+        "provenance": {
+            "session_id": session_id or None,
+            "event_id": event_id or None,
+            "author": author or None,
+            "timestamp": source_timestamp,
+        },
+        "idempotency_key": key,
+        "sha256": digest,
+        "embedding_model": model or None,
+        "created_at": created_at,
+    }
+
+
+def add_memory(app: App, user_id: str, new: NewMemory) -> tuple[dict, bool]:
+    """(the entry, created). The same idempotency key with the same content is the same
+    entry; with other content, 409 ``idempotency_conflict``. Concurrent adds with one key
+    make one entry (the unique index decides)."""
+    from memory import embeddings
+
+    digest = hashlib.sha256(new.content.encode("utf-8")).hexdigest()
+    if new.idempotency_key is not None:
+        existing = _by_key(app, user_id, new.idempotency_key)
+        if existing is not None:
+            return _same_or_conflict(existing, digest), False
+    _check_capacity(app, user_id)
+    embedder = embeddings.embedder_from_settings()
+    vector = None
+    sync = new.embed == "sync" or (new.embed == "auto" and embedder_is_local(embedder))
+    if sync:
+        vector = _embed_one(embedder, new.content)
+    entry_id = uuid.uuid4()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO memory_memoryentry
+                (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
+                 session_id, event_id, author, source_timestamp, search, embedding,
+                 embedding_model, content_bytes, created_at, updated_at)
+            VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
+                    to_tsvector(%s::regconfig, %s), %s::vector, %s, %s, now(), now())
+            ON CONFLICT (app_id, user_id, idempotency_key)
+                WHERE idempotency_key IS NOT NULL DO NOTHING
+            RETURNING {ENTRY_COLUMNS}
+            """,  # noqa: S608 - a constant column list
+            [
+                entry_id,
+                app.pk,
+                user_id,
+                new.content,
+                digest,
+                canonical_json(new.metadata).decode("utf-8"),
+                new.idempotency_key,
+                new.session_id,
+                new.event_id,
+                new.author,
+                new.source_timestamp,
+                settings.CTXADMIN_MEMORY_TS_CONFIG,
+                new.content,
+                None if vector is None else _vector_text(vector),
+                embedder.name if vector is not None else "",
+                len(new.content.encode("utf-8")),
+            ],
+        )
+        row = cursor.fetchone()
+    if row is None:  # another request with this key won the race
+        existing = _by_key(app, user_id, new.idempotency_key)
+        return _same_or_conflict(existing, digest), False
+    if vector is None:
+        from memory.tasks import embed_pending
+
+        embed_pending.delay_on_commit()
+    return _entry(row), True
+
+
+def embedder_is_local(embedder) -> bool:
+    return not getattr(embedder, "remote", False)
+
+
+def _embed_one(embedder, text: str) -> list[float]:
+    from memory import embeddings
+
+    try:
+        return embeddings.embed_all(
+            embedder,
+            [text],
+            limits=embeddings.EmbeddingLimits(),
+            deadline=time.monotonic() + embeddings.EmbeddingLimits().timeout_s,
+        )[0]
+    except embeddings.EmbeddingError as exc:
+        raise ApiError(
+            exc.code, "The embedder could not embed this memory.", status_code=502
+        ) from None
+
+
+def _vector_text(vector: list[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def _by_key(app: App, user_id: str, key: str) -> tuple | None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
+            "WHERE app_id = %s AND user_id = %s AND idempotency_key = %s",
+            [app.pk, user_id, key],
+        )
+        return cursor.fetchone()
+
+
+def _same_or_conflict(row, digest: str) -> dict:
+    entry = _entry(row)
+    if entry["sha256"] != digest:
+        raise ApiError(
+            "idempotency_conflict",
+            "This idempotency key names a memory with other content.",
+            status_code=409,
+            details={"id": entry["id"]},
+        )
+    return entry
+
+
+def get_memory(app: App, user_id: str, memory_id: str) -> dict:
+    key = _uuid(memory_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
+            "WHERE app_id = %s AND user_id = %s AND id = %s",
+            [app.pk, user_id, key],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise not_found()
+    return _entry(row)
+
+
+def delete_memory(app: App, user_id: str, memory_id: str) -> None:
+    key = _uuid(memory_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM memory_memoryentry WHERE app_id = %s AND user_id = %s AND id = %s",
+            [app.pk, user_id, key],
+        )
+        if cursor.rowcount == 0:
+            raise not_found()
+
+
+def _uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise not_found() from None
+
+
+def embed_pending_batch(batch_size: int = 128) -> int:
+    """Embed up to ``batch_size`` entries that have no vector yet (claimed with SKIP LOCKED,
+    so several workers share the backlog); the count embedded."""
+    from memory import embeddings
+
+    embedder = embeddings.embedder_from_settings()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, content FROM memory_memoryentry WHERE embedding IS NULL "
+                "ORDER BY created_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                [batch_size],
+            )
+            rows = cursor.fetchall()
+        if not rows:
+            return 0
+        vectors = embeddings.embed_all(
+            embedder,
+            [content for _id, content in rows],
+            limits=embeddings.EmbeddingLimits(),
+            deadline=time.monotonic() + embeddings.EmbeddingLimits().timeout_s,
+        )
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "UPDATE memory_memoryentry SET embedding = %s::vector, embedding_model = %s, "
+                "updated_at = now() WHERE id = %s",
+                [
+                    (_vector_text(vector), embedder.name, entry_id)
+                    for (entry_id, _content), vector in zip(rows, vectors, strict=True)
+                ],
+            )
+    return len(rows)
+
+
+# ----------------------------------------------------------------------------- search
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query: str
+    mode: str
+    filter_sql: str
+    filter_params: list
+    limit: int
+    min_score: float | None
+    weights: dict[str, float] | None
+
+
+def parse_search(body: Any) -> SearchRequest:
+    if not isinstance(body, dict):
+        raise invalid("body", "must be a JSON object")
+    unknown = sorted(set(body) - SEARCH_KEYS)
+    if unknown:
+        raise invalid(unknown[0], "unknown field")
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise invalid("query", "must be a non-empty string")
+    if len(query.encode("utf-8")) > MAX_QUERY_BYTES or "\x00" in query:
+        raise invalid("query", f"must be at most {MAX_QUERY_BYTES} bytes, without NUL")
+    mode = body.get("mode", "hybrid")
+    if mode not in MODES:
+        raise invalid("mode", f"must be one of {list(MODES)}")
+    limit = body.get("limit", 10)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+        raise invalid("limit", f"must be an integer from 1 to {MAX_SEARCH_LIMIT}")
+    min_score = body.get("min_score")
+    if min_score is not None and (
+        isinstance(min_score, bool)
+        or not isinstance(min_score, int | float)
+        or not math.isfinite(min_score)
+    ):
+        raise invalid("min_score", "must be a number")
+    weights = body.get("weights")
+    if weights is not None:
+        if not isinstance(weights, dict) or set(weights) - {"lexical", "vector"} or not weights:
+            raise invalid("weights", "must be an object with lexical and/or vector weights")
+        for name, value in weights.items():
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value <= 100
+            ):
+                raise invalid(f"weights.{name}", "must be a number from 0 to 100")
+        if mode != "hybrid":
+            raise invalid("weights", "apply to hybrid search only")
+    try:
+        sql, params = memory_filters.compile_filter(body.get("filter"))
+    except memory_filters.FilterError as exc:
+        raise invalid(exc.path, exc.message) from None
+    return SearchRequest(query, mode, sql, params, limit, min_score, weights)
+
+
+_HIT_COLUMNS = (
+    "id::text, content, metadata, session_id, event_id, author, "
+    "to_json(source_timestamp) #>> '{}', to_json(created_at) #>> '{}'"
+)
+
+
+def _lexical(app: App, user_id: str, request: SearchRequest, depth: int) -> list[tuple]:
+    """Recall-oriented full-text search: any of the query's lexemes matches (a question
+    rarely shares every word with its answer); ranked by ``ts_rank`` with length
+    normalisation."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH q AS (
+                SELECT to_tsquery('simple', coalesce(
+                    (SELECT string_agg(quote_literal(lexeme), ' | ')
+                       FROM unnest(to_tsvector(%s::regconfig, %s))), '')) AS tsq
+            )
+            SELECT id::text, ts_rank(search, q.tsq, 1) AS score
+              FROM memory_memoryentry, q
+             WHERE app_id = %s AND user_id = %s AND search @@ q.tsq AND ({request.filter_sql})
+             ORDER BY score DESC, created_at DESC
+             LIMIT %s
+            """,  # noqa: S608 - the filter is compiled with placeholders only
+            [
+                settings.CTXADMIN_MEMORY_TS_CONFIG,
+                request.query,
+                app.pk,
+                user_id,
+                *request.filter_params,
+                depth,
+            ],
+        )
+        return cursor.fetchall()
+
+
+def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[tuple]:
+    """Cosine distance over the HNSW index, inside the scope. Iterative index scans keep
+    going until ``depth`` rows of this scope are found, however small it is in the table."""
+    from memory import embeddings
+
+    embedder = embeddings.embedder_from_settings()
+    try:
+        vector = embeddings.embed_all(
+            embedder,
+            [request.query],
+            limits=embeddings.EmbeddingLimits(),
+            deadline=time.monotonic() + embeddings.EmbeddingLimits().timeout_s,
+        )[0]
+    except embeddings.EmbeddingError as exc:
+        raise ApiError(
+            exc.code, "The embedder could not embed the query.", status_code=502
+        ) from None
+    text = _vector_text(vector)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
+        cursor.execute("SET LOCAL hnsw.scan_mem_multiplier = 4")
+        cursor.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, depth * 2))}")
+        cursor.execute(
+            f"""
+            SELECT id::text, 1 - (embedding <=> %s::vector) AS score
+              FROM memory_memoryentry
+             WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL
+               AND ({request.filter_sql})
+             ORDER BY embedding <=> %s::vector
+             LIMIT %s
+            """,  # noqa: S608 - the filter is compiled with placeholders only
+            [text, app.pk, user_id, *request.filter_params, text, depth],
+        )
+        rows = cursor.fetchall()
+    return sorted(rows, key=lambda row: -row[1])  # relaxed order: exact order by score
+
+
+def fusion_weights(request: SearchRequest) -> dict[str, float]:
+    """The given weights, else the embedder's calibration (a weak embedder counts less, so
+    hybrid never does worse than lexical alone)."""
+    if request.weights is not None:
+        return {"lexical": 1.0, "vector": 1.0, **request.weights}
+    from memory import embeddings
+
+    embedder = embeddings.embedder_from_settings()
+    return {"lexical": 1.0, "vector": getattr(embedder, "fusion_weight", 1.0)}
+
+
+def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
+    started = time.perf_counter()
+    if request.mode == "lexical":
+        ranked = [
+            (entry_id, float(score))
+            for entry_id, score in _lexical(app, user_id, request, request.limit)
+        ]
+    elif request.mode == "vector":
+        ranked = [
+            (entry_id, float(score))
+            for entry_id, score in _vector(app, user_id, request, request.limit)
+        ]
+    else:
+        depth = max(50, request.limit * 3)
+        weights = fusion_weights(request)
+        fused: dict[str, float] = {}
+        for name, rows in (
+            ("lexical", _lexical(app, user_id, request, depth) if weights["lexical"] else []),
+            ("vector", _vector(app, user_id, request, depth) if weights["vector"] else []),
+        ):
+            for rank, (entry_id, _score) in enumerate(rows, start=1):
+                fused[entry_id] = fused.get(entry_id, 0.0) + weights[name] / (RRF_K + rank)
+        ranked = sorted(fused.items(), key=lambda item: -item[1])[: request.limit]
+    if request.min_score is not None:
+        ranked = [(entry_id, score) for entry_id, score in ranked if score >= request.min_score]
+    hits = _hits(app, user_id, ranked, request.mode)
+    logger.info(
+        "memory_search",
+        extra={
+            "app": app.pk,
+            "mode": request.mode,
+            "hits": len(hits),
+            "ms": round((time.perf_counter() - started) * 1000, 3),
+        },
+    )
+    return hits
+
+
+def _hits(app: App, user_id: str, ranked: list[tuple[str, float]], mode: str) -> list[dict]:
+    if not ranked:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_HIT_COLUMNS} FROM memory_memoryentry "  # noqa: S608
+            "WHERE app_id = %s AND user_id = %s AND id = ANY(%s::uuid[])",
+            [app.pk, user_id, [entry_id for entry_id, _score in ranked]],
+        )
+        rows = {row[0]: row for row in cursor.fetchall()}
+    from sessions_app.store import decode
+
+    hits = []
+    for entry_id, score in ranked:
+        row = rows.get(entry_id)
+        if row is None:  # deleted meanwhile
+            continue
+        _id, content, metadata, session_id, event_id, author, source_ts, created = row
+        hits.append(
+            {
+                "id": entry_id,
+                "content": content,
+                "score": round(score, 6),
+                "score_type": {"lexical": "ts_rank", "vector": "cosine", "hybrid": "rrf"}[mode],
+                "timestamp": source_ts or created,
+                "metadata": decode(metadata),
+                "provenance": {
+                    "session_id": session_id or None,
+                    "event_id": event_id or None,
+                    "author": author or None,
+                },
+            }
+        )
+    return hits
+
+
+def iso(value) -> str | None:
+    return None if value is None else iso_timestamp(value)

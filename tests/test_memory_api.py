@@ -1,0 +1,279 @@
+"""Long-term memory through the API: entries, idempotency, sensitive content, isolation,
+lexical/vector/hybrid search and typed filters."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from memory.models import MemoryEntry
+from tests.conftest import make_tenant
+
+
+def url(app: str = "acme", user: str = "alice") -> str:
+    return f"/api/v1/apps/{app}/users/{user}/memories"
+
+
+def add(client, status=201, app="acme", user="alice", **body):
+    result = client.post(url(app, user), body, format="json")
+    assert result.status_code == status, result.content
+    return result.json()
+
+
+def search(client, app="acme", user="alice", status=200, **body):
+    result = client.post(f"{url(app, user)}/search", body, format="json")
+    assert result.status_code == status, result.content
+    return result.json()
+
+
+@pytest.fixture
+def api(owner):
+    return owner.client()
+
+
+@pytest.mark.django_db
+class TestEntries:
+    def test_add_get_delete(self, api):
+        entry = add(
+            api,
+            content="Caroline went to the LGBTQ support group on 7 May.",
+            metadata={"topic": "support", "priority": 3},
+            provenance={"session_id": "s1", "event_id": "e1", "author": "user"},
+        )
+        assert entry["sha256"] and entry["embedding_model"] == "hashing-v1-384"
+        assert entry["provenance"]["session_id"] == "s1"
+        got = api.get(f"{url()}/{entry['id']}").json()
+        assert got == entry
+        assert api.delete(f"{url()}/{entry['id']}").status_code == 204
+        assert api.delete(f"{url()}/{entry['id']}").status_code == 404
+        assert api.get(f"{url()}/{entry['id']}").status_code == 404
+
+    def test_idempotency_and_its_conflict(self, api):
+        first = add(api, content="likes tea", idempotency_key="k1")
+        again = add(api, status=200, content="likes tea", idempotency_key="k1")
+        assert again == first
+        conflict = add(api, status=409, content="likes coffee", idempotency_key="k1")
+        assert conflict["error"]["code"] == "idempotency_conflict"
+        assert MemoryEntry.objects.count() == 1
+
+    @pytest.mark.parametrize(
+        "content",
+        [
+            "my api_key=sk-live-abcdefghijklmnopqrstuvwx",
+            "Authorization: Bearer abcdefghijklmnopqrstuvwxyz123456",
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIE...",
+            "aws AKIAIOSFODNN7EXAMPLE",
+            "password: hunter2hunter2",
+        ],
+    )
+    def test_content_that_looks_like_a_credential_is_refused(self, api, content):
+        error = add(api, status=422, content=content)["error"]
+        assert error["code"] == "sensitive_memory_content"
+        assert content not in str(error)
+        assert MemoryEntry.objects.count() == 0
+
+    def test_secret_named_metadata_is_redacted(self, api):
+        entry = add(
+            api,
+            content="uses the billing tool",
+            metadata={"apiKey": "xyz", "nested": {"client_secret": "abc", "ok": 1}},
+        )
+        assert entry["metadata"] == {
+            "apiKey": "[redacted]",
+            "nested": {"client_secret": "[redacted]", "ok": 1},
+        }
+
+    @pytest.mark.parametrize(
+        ("body", "field"),
+        [
+            ({}, "content"),
+            ({"content": ""}, "content"),
+            ({"content": "x", "extra": 1}, "extra"),
+            ({"content": "x", "metadata": []}, "metadata"),
+            ({"content": "x", "provenance": {"who": "me"}}, "provenance.who"),
+            ({"content": "x", "idempotency_key": ""}, "idempotency_key"),
+            ({"content": "x", "embed": "later"}, "embed"),
+            ({"content": "x" * 40000}, "content"),
+        ],
+    )
+    def test_bad_input(self, api, body, field):
+        result = api.post(url(), body, format="json")
+        assert result.status_code == 400
+        assert result.json()["error"]["details"]["field"] == field
+
+    def test_capacity(self, api, settings):
+        settings.CTXADMIN_MEMORY_MAX_PER_SCOPE = 2
+        add(api, content="one")
+        add(api, content="two")
+        error = add(api, status=422, content="three")["error"]
+        assert error["code"] == "memory_capacity_exceeded"
+        assert error["details"]["limit"] == "per_scope"
+        add(api, user="bob", content="other scope")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forty_concurrent_adds_with_one_key_make_one_entry():
+    tenant = make_tenant("acme")
+    barrier = threading.Barrier(40)
+    statuses: list[int] = []
+
+    def send():
+        try:
+            client = tenant.client()
+            barrier.wait()
+            result = client.post(
+                url(), {"content": "same", "idempotency_key": "shared"}, format="json"
+            )
+            statuses.append(result.status_code)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses.count(201) == 1 and statuses.count(200) == 39
+    assert MemoryEntry.objects.count() == 1
+
+
+@pytest.mark.django_db
+class TestIsolation:
+    def test_other_users_and_apps_never_see_an_entry(self, api, outsider):
+        entry = add(api, content="Alice's private plan: visit Lisbon in June")
+        bob = add(api, user="bob", content="Bob's plan: visit Lisbon too")
+        for client, app, user in [(api, "acme", "bob"), (outsider.client(), "globex", "alice")]:
+            assert client.get(f"{url(app, user)}/{entry['id']}").status_code == 404
+            assert client.delete(f"{url(app, user)}/{entry['id']}").status_code == 404
+        # Another app's key on this app's path: 404, whatever the request.
+        other = outsider.client()
+        assert other.post(f"{url()}/search", {"query": "Lisbon"}, format="json").status_code == 404
+        assert other.get(f"{url()}/{entry['id']}").status_code == 404
+        for adversarial in [
+            {},
+            {"user_id": "alice"},
+            {"app_id": 1},
+            {"session_id": {"$in": ["", "s1"]}},
+            {"$or": [{"a": 1}]},
+        ]:
+            result = api.post(
+                f"{url(user='bob')}/search",
+                {"query": "Lisbon plan", "filter": adversarial, "mode": "hybrid"},
+                format="json",
+            )
+            if result.status_code == 200:
+                ids = {hit["id"] for hit in result.json()["hits"]}
+                assert entry["id"] not in ids and ids <= {bob["id"]}
+            else:
+                assert result.status_code == 400
+
+    def test_a_key_without_the_memory_scope_is_refused(self, owner):
+        tenant_client = owner.client()
+        from ctxadmin.services import create_api_key
+
+        _key, raw = create_api_key(owner.app, ["sessions"], name="sessions only")
+        limited = owner.client(raw)
+        assert limited.post(url(), {"content": "x"}, format="json").status_code == 403
+        assert tenant_client.post(url(), {"content": "x"}, format="json").status_code == 201
+
+
+@pytest.mark.django_db
+class TestSearch:
+    @pytest.fixture
+    def seeded(self, api):
+        texts = [
+            ("Caroline went to the LGBTQ support group on 7 May 2023.", {"priority": 10}),
+            ("Melanie painted a sunrise over the lake last year.", {"priority": "10"}),
+            ("Caroline is researching adoption agencies.", {"priority": 5}),
+            ("The weather was rainy all week.", {"priority": 9.5}),
+        ]
+        return [add(api, content=text, metadata=metadata) for text, metadata in texts]
+
+    def test_lexical_is_recall_oriented(self, api, seeded):
+        hits = search(api, query="When did Caroline go to the support group?", mode="lexical")
+        assert hits["hits"][0]["id"] == seeded[0]["id"]
+        assert hits["hits"][0]["score_type"] == "ts_rank"
+        assert {h["id"] for h in hits["hits"]} >= {seeded[0]["id"], seeded[2]["id"]}
+
+    def test_vector_and_hybrid(self, api, seeded):
+        vector = search(api, query="support group Caroline", mode="vector", limit=4)["hits"]
+        assert len(vector) == 4 and vector[0]["score_type"] == "cosine"
+        assert vector[0]["id"] == seeded[0]["id"]
+        hybrid = search(api, query="support group Caroline", limit=2)["hits"]
+        assert hybrid[0]["id"] == seeded[0]["id"] and hybrid[0]["score_type"] == "rrf"
+        assert len(hybrid) == 2
+
+    def test_typed_numeric_filter(self, api, seeded):
+        hits = search(
+            api,
+            query="Caroline Melanie weather",
+            mode="lexical",
+            filter={"priority": {"$gt": 9}},
+            limit=10,
+        )["hits"]
+        assert {h["id"] for h in hits} == {seeded[0]["id"], seeded[3]["id"]}
+
+    @pytest.mark.parametrize(
+        ("body", "field"),
+        [
+            ({}, "query"),
+            ({"query": "x", "mode": "fuzzy"}, "mode"),
+            ({"query": "x", "limit": 101}, "limit"),
+            ({"query": "x", "limit": 0}, "limit"),
+            ({"query": "x", "weights": {"lexical": 1}, "mode": "lexical"}, "weights"),
+            ({"query": "x", "weights": {"other": 1}}, "weights"),
+            ({"query": "x", "nope": 1}, "nope"),
+        ],
+    )
+    def test_bad_searches(self, api, body, field):
+        result = api.post(f"{url()}/search", body, format="json")
+        assert result.status_code == 400
+        assert result.json()["error"]["details"]["field"] == field
+
+
+@pytest.mark.django_db
+def test_a_small_scope_in_a_large_table_gets_all_its_vector_results(api, owner):
+    """20 entries of one user among 50,000 of others, all of them nearer to the query than
+    any of the 20: iterative index scans still reach all 20."""
+    from memory.embeddings import HashingEmbedder
+
+    query_vector = HashingEmbedder(384).vector("gardening and tomatoes")
+    own = [add(api, content=f"note {i} about gardening and tomatoes")["id"] for i in range(20)]
+    with connection.cursor() as cursor:
+        # Bulk load, then build the index once (faster than 50,000 incremental inserts); the
+        # test's transaction rolls all of it back.
+        cursor.execute("DROP INDEX memory_embedding_hnsw")
+        cursor.execute("SET LOCAL maintenance_work_mem = '256MB'")
+        cursor.execute(
+            """
+            INSERT INTO memory_memoryentry
+                (id, app_id, user_id, content, content_sha256, metadata, search, embedding,
+                 embedding_model, content_bytes, created_at, updated_at)
+            SELECT gen_random_uuid(), %s, 'other-' || (n %% 500), 'gardening tomatoes ' || n,
+                   md5(n::text), '{}', to_tsvector('english', 'gardening tomatoes'),
+                   (SELECT array_agg(q + (random() - 0.5) * 0.02)::vector
+                      FROM unnest(%s::real[]) AS q WHERE n > 0),
+                   'random', 20, now(), now()
+              FROM generate_series(1, 50000) AS n
+            """,
+            [owner.app.pk, query_vector],
+        )
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # deferred FK checks block DDL
+        cursor.execute(
+            "CREATE INDEX memory_embedding_hnsw ON memory_memoryentry "
+            "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+        )
+        cursor.execute("ANALYZE memory_memoryentry")
+        # Make the planner take the HNSW index (the only one ordered by distance), as it does
+        # for scopes too large for a scan: the index must still reach every row of the scope.
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute(
+            "EXPLAIN SELECT id FROM memory_memoryentry WHERE app_id = %s AND user_id = 'alice' "
+            "ORDER BY embedding <=> (SELECT embedding FROM memory_memoryentry LIMIT 1) LIMIT 20",
+            [owner.app.pk],
+        )
+        assert "memory_embedding_hnsw" in str(cursor.fetchall())
+    hits = search(api, query="gardening and tomatoes", mode="vector", limit=20)["hits"]
+    assert sorted(h["id"] for h in hits) == sorted(own)
