@@ -103,6 +103,29 @@ COMPONENTS = {
     ),
 }
 
+COMPONENTS["MemoryEventsRequest"] = _strict(
+    {
+        "session_id": {"type": "string", "maxLength": 128},
+        "events": {
+            "type": "array",
+            "items": {"$ref": "#/components/schemas/EventInput"},
+            "minItems": 1,
+            "maxItems": 500,
+        },
+    },
+    ["session_id", "events"],
+)
+COMPONENTS["MemoryEventsResult"] = _strict(
+    {
+        "added": {"type": "integer"},
+        "duplicates": {"type": "integer"},
+        "skipped": {"type": "integer"},
+        "skipped_by_reason": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "memory_ids": {"type": "array", "items": {"type": "string", "format": "uuid"}},
+    },
+    ["added", "duplicates", "skipped", "skipped_by_reason", "memory_ids"],
+)
+
 
 def add_components(result, generator, request, public):
     """drf-spectacular post-processing hook: register the components above."""

@@ -238,6 +238,18 @@ COMPONENTS = {
             "generation_config": _OBJECT,
             "tools": {"type": "array", "items": _OBJECT},
             "policy": ref("ContextPolicy"),
+            "memory": _strict(
+                {
+                    "query": {"type": "string", "minLength": 1, "maxLength": 4096},
+                    "mode": {"enum": ["lexical", "vector", "hybrid"]},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+                    "filter": _OBJECT,
+                    "max_hit_bytes": {"type": "integer", "minimum": 1, "maximum": 65536},
+                    "max_total_bytes": {"type": "integer", "minimum": 1, "maximum": 1048576},
+                    "on_error": {"enum": ["error", "omit"]},
+                },
+                ["query"],
+            ),
         },
         ["current_input"],
     ),

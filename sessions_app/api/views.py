@@ -15,7 +15,7 @@ from ctxadmin.api.errors import ApiError
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.views import AppScopedView
-from ctxadmin.models import SCOPE_SESSIONS
+from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
 from sessions_app import selectors, services
 from sessions_app import state as scopes
 from sessions_app.api.schemas import ref
@@ -329,6 +329,12 @@ class ContextView(SessionsScopedView):
     )
     def post(self, request, app, user, sid):
         context_request = parse_request(request.data)  # before any event is read
+        if context_request.memory is not None and not request.auth.has_scope(SCOPE_MEMORY):
+            raise ApiError(
+                "permission_denied",
+                "Memory retrieval needs an API key with the 'memory' scope.",
+                status_code=403,
+            )
         session = self.session_or_404(sid)
         built = build_context(session, context_request)
         return HttpResponse(built.response_json(), content_type="application/json")

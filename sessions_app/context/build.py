@@ -33,7 +33,14 @@ from sessions_app.services import event_limits, invalid
 
 logger = logging.getLogger("ctxadmin.context")
 
-REQUEST_KEYS = frozenset({"current_input", "instructions", "generation_config", "tools", "policy"})
+REQUEST_KEYS = frozenset(
+    {"current_input", "instructions", "generation_config", "tools", "policy", "memory"}
+)
+MEMORY_KEYS = frozenset(
+    {"query", "mode", "limit", "filter", "max_hit_bytes", "max_total_bytes", "on_error"}
+)
+MAX_MEMORY_HIT_BYTES = 64 * 1024
+MAX_MEMORY_TOTAL_BYTES = 1024 * 1024
 MAX_INSTRUCTIONS_BYTES = 1024 * 1024
 MAX_GENERATION_CONFIG_BYTES = 64 * 1024
 MAX_TOOLS = 512
@@ -47,6 +54,47 @@ class ContextRequest:
     generation_config: dict | None
     tools: list | None
     policy: ContextPolicy
+    memory: MemoryRetrieval | None = None
+
+
+@dataclass(frozen=True)
+class MemoryRetrieval:
+    """Memory hits for the envelope's memory slot, rendered as untrusted reference data."""
+
+    search: Any  # memory.services.SearchRequest
+    max_hit_bytes: int
+    max_total_bytes: int
+    on_error: str  # error | omit
+
+
+def _memory_retrieval(value: Any) -> MemoryRetrieval:
+    from memory import services as memory_services
+
+    if not isinstance(value, dict):
+        raise invalid("memory", "must be an object")
+    unknown = sorted(set(value) - MEMORY_KEYS)
+    if unknown:
+        raise invalid(f"memory.{unknown[0]}", "unknown field")
+    budgets = {}
+    for name, default, limit in (
+        ("max_hit_bytes", 2048, MAX_MEMORY_HIT_BYTES),
+        ("max_total_bytes", 8192, MAX_MEMORY_TOTAL_BYTES),
+    ):
+        number = value.get(name, default)
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= limit:
+            raise invalid(f"memory.{name}", f"must be an integer from 1 to {limit}")
+        budgets[name] = number
+    on_error = value.get("on_error", "error")
+    if on_error not in ("error", "omit"):
+        raise invalid("memory.on_error", "must be error or omit")
+    search_body = {k: v for k, v in value.items() if k in {"query", "mode", "limit", "filter"}}
+    search_body.setdefault("limit", 5)
+    try:
+        search = memory_services.parse_search(search_body)
+    except ApiError as exc:
+        field = exc.details.get("field", "")
+        raise invalid(f"memory.{field}", str(exc.detail).split(": ", 1)[-1]) from None
+    return MemoryRetrieval(search, budgets["max_hit_bytes"], budgets["max_total_bytes"], on_error)
 
 
 def parse_request(body: Any) -> ContextRequest:
@@ -88,7 +136,29 @@ def parse_request(body: Any) -> ContextRequest:
         policy = parse_policy(body.get("policy"))
     except PolicyError as exc:
         raise invalid(exc.path, exc.message) from None
-    return ContextRequest(current_input, instructions, config, tools, policy)
+    memory = _memory_retrieval(body["memory"]) if body.get("memory") is not None else None
+    return ContextRequest(current_input, instructions, config, tools, policy, memory)
+
+
+def _memory_items(session: Session, retrieval: MemoryRetrieval | None) -> list[dict]:
+    """The memory slot: this user's hits for the query, rendered as untrusted reference
+    blocks within the byte budgets. ``on_error: omit`` builds without memory when the search
+    fails (the accounting says so); ``error`` fails the build."""
+    if retrieval is None:
+        return []
+    from memory import render
+    from memory import services as memory_services
+
+    try:
+        hits = memory_services.search(session.app, session.user_id, retrieval.search)
+    except ApiError:
+        if retrieval.on_error == "omit":
+            telemetry.CONTEXT_BUILDS.labels("memory_omitted").inc()
+            return []
+        raise
+    return render.render_hits(
+        hits, max_hit_bytes=retrieval.max_hit_bytes, max_total_bytes=retrieval.max_total_bytes
+    )
 
 
 def _budget_error(
@@ -115,7 +185,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
         instructions=request.instructions,
         generation_config=request.generation_config,
         tools=request.tools,
-        memory=[],
+        memory=_memory_items(session, request.memory),
         current_input=request.current_input,
     )
     sizes = env.fixed_sizes(parts)
@@ -157,6 +227,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
                 status_code=422,
                 details={
                     "compaction_id": compaction_id,
+            "memory_hits": len(parts["memory"]),
                     "reason": checkpoint.reason,
                     "measured_bytes": overflow.measured_bytes,
                     "limit_bytes": overflow.limit_bytes,
@@ -200,6 +271,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
             "bytes_per_token": policy.bytes_per_token,
             "truncated": selection.truncated,
             "compaction_id": compaction_id,
+            "memory_hits": len(parts["memory"]),
             "build_ms": round(elapsed_ms, 3),
         },
         fingerprint=fingerprint,

@@ -1,0 +1,42 @@
+"""Session events into memory over REST (the synchronous path)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+
+from ctxadmin.api.paths import path_segment_error
+from memory import ingest, services
+from memory.api.views import JSON, MemoryScopedView
+from sessions_app.api.schemas import ref
+
+
+class MemoryEventsView(MemoryScopedView):
+    """``{"session_id", "events": [...]}``: user and model text become memories; partial,
+    control, empty and credential-bearing events are skipped; repeats are duplicates."""
+
+    @extend_schema(
+        operation_id="memories_add_events",
+        request={JSON: ref("MemoryEventsRequest")},
+        responses={200: ref("MemoryEventsResult")},
+    )
+    def post(self, request, app, user):
+        body = request.data
+        if not isinstance(body, dict):
+            raise services.invalid("body", "must be a JSON object")
+        unknown = sorted(set(body) - {"session_id", "events"})
+        if unknown:
+            raise services.invalid(unknown[0], "unknown field")
+        session_id = body.get("session_id")
+        if not isinstance(session_id, str) or path_segment_error("sid", session_id):
+            raise services.invalid("session_id", "must be a session id")
+        result = ingest.add_events(self.tenant, user, session_id, body.get("events"))
+        return Response(
+            {
+                "added": result.added,
+                "duplicates": result.duplicates,
+                "skipped": result.skipped,
+                "skipped_by_reason": result.skipped_by_reason,
+                "memory_ids": result.memory_ids,
+            }
+        )

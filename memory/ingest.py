@@ -1,0 +1,94 @@
+"""Session events into memory (the synchronous path): user and model text only.
+
+Partial events, events without text (control events: state or artifact changes only),
+empty text and text that looks like it carries a credential are skipped. Each stored event
+has the deterministic idempotency key ``session:<session_id>:<event_id>``, so repeating the
+same call adds nothing and reports duplicates.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from ctxadmin.api.errors import ApiError
+from ctxadmin.models import App
+from ctxadmin.pruning import looks_like_secret
+from memory import services
+from sessions_app.events import EventError, EventLimits, validate_event
+
+MAX_EVENTS = 500
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    added: int
+    duplicates: int
+    skipped: int
+    skipped_by_reason: dict[str, int]
+    memory_ids: list[str]
+
+
+def _text(event: dict) -> str:
+    content = event.get("content") or {}
+    return "\n".join(part["text"] for part in content.get("parts", []) if "text" in part).strip()
+
+
+def skip_reason(event: dict) -> str | None:
+    """Why an event is not memory, or None when it is."""
+    if event.get("partial"):
+        return "partial"
+    if not event.get("event_id"):
+        return "no_event_id"
+    content = event.get("content")
+    if not content or not any("text" in part for part in content.get("parts", [])):
+        return "control"
+    text = _text(event)
+    if not text:
+        return "empty"
+    if looks_like_secret(text):
+        return "secret"
+    return None
+
+
+def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> IngestResult:
+    if not isinstance(raw_events, list) or not 1 <= len(raw_events) <= MAX_EVENTS:
+        raise services.invalid("events", f"must be a list of 1 to {MAX_EVENTS} events")
+    events = []
+    for index, raw in enumerate(raw_events):
+        try:
+            events.append(validate_event(raw, f"events[{index}]", EventLimits()))
+        except EventError as exc:
+            raise services.invalid(exc.path, exc.message) from None
+    reasons: Counter[str] = Counter()
+    added = duplicates = 0
+    ids: list[str] = []
+    for event in events:
+        reason = skip_reason(event)
+        if reason is not None:
+            reasons[reason] += 1
+            continue
+        role = (event["content"] or {}).get("role", "")
+        new = services.NewMemory(
+            content=_text(event),
+            metadata={"role": role, "source": "session"},
+            idempotency_key=f"session:{session_id}:{event['event_id']}",
+            session_id=session_id,
+            event_id=event["event_id"],
+            author=event["author"],
+            source_timestamp=event.get("timestamp"),
+            embed="auto",
+        )
+        try:
+            entry, created = services.add_memory(app, user_id, new)
+        except ApiError as exc:
+            if exc.get_codes() == "idempotency_conflict":
+                reasons["changed_since_ingested"] += 1
+                continue
+            raise
+        ids.append(entry["id"])
+        if created:
+            added += 1
+        else:
+            duplicates += 1
+    return IngestResult(added, duplicates, sum(reasons.values()), dict(reasons), ids)
