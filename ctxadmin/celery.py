@@ -74,6 +74,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 BEAT_SCHEDULE: dict[str, dict] = {
     "sweep-compactions": {"task": "sessions_app.sweep_compactions", "schedule": 60.0},
     "embed-pending-memories": {"task": "memory.embed_pending", "schedule": 60.0},
+    "purge-expired-memories": {"task": "memory.purge_expired", "schedule": 60.0},
 }
 app.conf.beat_schedule = BEAT_SCHEDULE
 

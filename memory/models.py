@@ -39,6 +39,10 @@ class MemoryEntry(models.Model):
     content_bytes = models.IntegerField()
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+    # The app's ``default_ttl_seconds`` at write time: invisible from then on, purged later.
+    expires_at = models.DateTimeField(null=True)
+    # The app's ``retention_days`` at write time: entry and session erasure refuse before it.
+    retain_until = models.DateTimeField(null=True)
 
     class Meta:
         constraints = [
@@ -70,7 +74,119 @@ class MemoryEntry(models.Model):
                 condition=models.Q(embedding__isnull=True),
                 name="memory_unembedded",
             ),
+            models.Index(
+                fields=["expires_at"],
+                condition=models.Q(expires_at__isnull=False),
+                name="memory_expiring",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"memory {self.id}"
+
+
+class MemoryPolicy(models.Model):
+    """An app's memory governance (absent: the defaults, no consent, no TTL, no retention,
+    no hold)."""
+
+    app = models.OneToOneField(
+        App, on_delete=models.CASCADE, primary_key=True, related_name="memory_policy"
+    )
+    consent_required = models.BooleanField(default=False)
+    default_ttl_seconds = models.PositiveIntegerField(null=True)
+    retention_days = models.PositiveIntegerField(null=True)
+    legal_hold = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(db_default=Now())
+    updated_by = models.CharField(max_length=10, blank=True, db_default="")  # key prefix
+
+    def __str__(self) -> str:
+        return f"memory policy of app {self.app_id}"
+
+
+class Consent(models.Model):
+    """One user's consent to long-term memory, as the app recorded it. User erasure removes
+    it (the app asks again)."""
+
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user_id = models.CharField(max_length=128)
+    granted = models.BooleanField()
+    updated_at = models.DateTimeField(db_default=Now())
+    updated_by = models.CharField(max_length=10, blank=True, db_default="")  # key prefix
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["app", "user_id"], name="memory_consent_scope"),
+        ]
+
+    def __str__(self) -> str:
+        return f"consent {self.pk}"
+
+
+class LegalHold(models.Model):
+    """A legal hold on one user's memory: while the row exists nothing of the scope is
+    erased or purged."""
+
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user_id = models.CharField(max_length=128)
+    created_at = models.DateTimeField(db_default=Now())
+    created_by = models.CharField(max_length=10, blank=True, db_default="")  # key prefix
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["app", "user_id"], name="memory_legal_hold_scope"),
+        ]
+
+    def __str__(self) -> str:
+        return f"legal hold {self.pk}"
+
+
+class ErasureEpoch(models.Model):
+    """The erasure epoch of one (app, user) scope, keyed by the scope's fingerprint (never
+    the user id, so it survives the erasure without naming the user). Absent: epoch 0. Each
+    user erasure advances it; a write carrying an older epoch is refused."""
+
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    scope_fingerprint = models.CharField(max_length=64)
+    epoch = models.BigIntegerField()
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["app", "scope_fingerprint"], name="memory_erasure_epoch_scope"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"erasure epoch {self.epoch}"
+
+
+class ErasureReceipt(models.Model):
+    """A content-free record that an erasure happened: which key, which scope (as a
+    fingerprint), what kind, how many rows, when. No user id, no session id, no content."""
+
+    ENTRY = "entry"
+    SESSION = "session"
+    USER = "user"
+    KINDS = [(ENTRY, ENTRY), (SESSION, SESSION), (USER, USER)]
+
+    id = models.UUIDField(primary_key=True)
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    kind = models.CharField(max_length=16, choices=KINDS)
+    scope_fingerprint = models.CharField(max_length=64)
+    # entry: sha256 of {app, user, memory id}; session: of {app, user, session id}; user: "".
+    target_fingerprint = models.CharField(max_length=64, blank=True, db_default="")
+    erased_by = models.CharField(max_length=10)  # the API key prefix
+    counts = models.JSONField(default=dict)
+    erasure_epoch = models.BigIntegerField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            models.Index(
+                "app", "scope_fingerprint", models.F("created_at").desc(), name="erasure_scope"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"erasure receipt {self.id}"

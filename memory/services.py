@@ -23,13 +23,16 @@ from ctxadmin.api.errors import ApiError
 from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.models import App
 from ctxadmin.pruning import is_secret_key, looks_like_secret
+from memory import erasure, governance
 from memory import filters as memory_filters
-from sessions_app.events import EventError, iso_timestamp, parse_timestamp
+from sessions_app.events import EventError, parse_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
 
 REDACTED = "[redacted]"
-ADD_KEYS = frozenset({"content", "metadata", "provenance", "idempotency_key", "embed"})
+ADD_KEYS = frozenset(
+    {"content", "metadata", "provenance", "idempotency_key", "embed", "erasure_epoch"}
+)
 PROVENANCE_KEYS = frozenset({"session_id", "event_id", "author", "timestamp"})
 SEARCH_KEYS = frozenset({"query", "mode", "filter", "limit", "min_score", "weights"})
 MODES = ("lexical", "vector", "hybrid")
@@ -41,6 +44,9 @@ RRF_K = 60
 # How far an iterative HNSW scan may go to fill a small scope's results (pgvector's default,
 # 20,000, can stop short when a scope is a sliver of a large table).
 MAX_SCAN_TUPLES = 100_000
+# Reads see live entries only: an entry past its ``expires_at`` vanishes at once (the purge
+# task deletes it later).
+LIVE = "(expires_at IS NULL OR expires_at > now())"
 
 
 def invalid(path: str, message: str) -> ApiError:
@@ -64,6 +70,8 @@ class NewMemory:
     author: str
     source_timestamp: Any
     embed: str  # sync | async | auto
+    # The scope's erasure epoch the write was prepared at (None: not checked).
+    erasure_epoch: int | None = None
 
 
 def redact_metadata(value: Any) -> Any:
@@ -126,6 +134,7 @@ def parse_new_memory(body: Any) -> NewMemory:
     embed = body.get("embed", "auto")
     if embed not in ("auto", "sync", "async"):
         raise invalid("embed", "must be auto, sync or async")
+    epoch = erasure.parse_epoch(body.get("erasure_epoch"))
     if looks_like_secret(content):
         raise ApiError(
             "sensitive_memory_content",
@@ -141,6 +150,7 @@ def parse_new_memory(body: Any) -> NewMemory:
         author=provenance.get("author", ""),
         source_timestamp=when,
         embed=embed,
+        erasure_epoch=epoch,
     )
 
 
@@ -175,7 +185,8 @@ def _check_capacity(app: App, user_id: str) -> None:
 ENTRY_COLUMNS = (
     "id::text, content, metadata, session_id, event_id, author, "
     "to_json(source_timestamp) #>> '{}', to_json(created_at) #>> '{}', "
-    "embedding_model, content_sha256, idempotency_key"
+    "embedding_model, content_sha256, idempotency_key, "
+    "to_json(expires_at) #>> '{}', to_json(retain_until) #>> '{}'"
 )
 
 
@@ -192,6 +203,8 @@ def _entry(row) -> dict:
         model,
         digest,
         key,
+        expires_at,
+        retain_until,
     ) = row
     from sessions_app.store import decode
 
@@ -209,20 +222,34 @@ def _entry(row) -> dict:
         "sha256": digest,
         "embedding_model": model or None,
         "created_at": created_at,
+        "expires_at": expires_at,
+        "retain_until": retain_until,
     }
 
 
-def add_memory(app: App, user_id: str, new: NewMemory) -> tuple[dict, bool]:
+def add_memory(
+    app: App, user_id: str, new: NewMemory, epoch: int | None = None
+) -> tuple[dict, bool]:
     """(the entry, created). The same idempotency key with the same content is the same
     entry; with other content, 409 ``idempotency_conflict``. Concurrent adds with one key
-    make one entry (the unique index decides)."""
+    make one entry (the unique index decides).
+
+    The app's memory policy applies: without the user's consent where it is required, 403
+    ``consent_required``; its TTL and retention are stamped on the entry. ``epoch`` (else
+    ``new.erasure_epoch``) is the scope's erasure epoch the write was prepared at: older
+    than the current one, 409 ``memory_erasure_epoch_stale`` and nothing is written."""
     from memory import embeddings
 
+    terms = governance.write_terms(app, user_id)
+    epoch = new.erasure_epoch if epoch is None else erasure.parse_epoch(epoch, "epoch")
+    if epoch is not None:
+        erasure.check_epoch(app, user_id, epoch)
     digest = hashlib.sha256(new.content.encode("utf-8")).hexdigest()
     if new.idempotency_key is not None:
         existing = _by_key(app, user_id, new.idempotency_key)
         if existing is not None:
             return _same_or_conflict(existing, digest), False
+        governance.release_expired_key(app, user_id, new.idempotency_key)
     _check_capacity(app, user_id)
     embedder = embeddings.embedder_from_settings()
     vector = None
@@ -230,15 +257,21 @@ def add_memory(app: App, user_id: str, new: NewMemory) -> tuple[dict, bool]:
     if sync:
         vector = _embed_one(embedder, new.content)
     entry_id = uuid.uuid4()
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        if epoch is not None:  # ordered after any erasure of the scope, checked again
+            erasure.lock_scope(app, user_id, shared=True)
+            erasure.check_epoch(app, user_id, epoch)
         cursor.execute(
             f"""
             INSERT INTO memory_memoryentry
                 (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
                  session_id, event_id, author, source_timestamp, search, embedding,
-                 embedding_model, content_bytes, created_at, updated_at)
+                 embedding_model, content_bytes, created_at, updated_at, expires_at,
+                 retain_until)
             VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
-                    to_tsvector(%s::regconfig, %s), %s::vector, %s, %s, now(), now())
+                    to_tsvector(%s::regconfig, %s), %s::vector, %s, %s, now(), now(),
+                    now() + %s::integer * interval '1 second',
+                    now() + %s::integer * interval '1 day')
             ON CONFLICT (app_id, user_id, idempotency_key)
                 WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {ENTRY_COLUMNS}
@@ -260,11 +293,19 @@ def add_memory(app: App, user_id: str, new: NewMemory) -> tuple[dict, bool]:
                 None if vector is None else _vector_text(vector),
                 embedder.name if vector is not None else "",
                 len(new.content.encode("utf-8")),
+                terms.ttl_seconds,
+                terms.retention_days,
             ],
         )
         row = cursor.fetchone()
     if row is None:  # another request with this key won the race
         existing = _by_key(app, user_id, new.idempotency_key)
+        if existing is None:  # the key is held by an expired entry still retained or held
+            raise ApiError(
+                "idempotency_conflict",
+                "This idempotency key names an expired memory that is still kept.",
+                status_code=409,
+            )
         return _same_or_conflict(existing, digest), False
     if vector is None:
         from memory.tasks import embed_pending
@@ -301,7 +342,7 @@ def _by_key(app: App, user_id: str, key: str) -> tuple | None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
-            "WHERE app_id = %s AND user_id = %s AND idempotency_key = %s",
+            f"WHERE app_id = %s AND user_id = %s AND idempotency_key = %s AND {LIVE}",
             [app.pk, user_id, key],
         )
         return cursor.fetchone()
@@ -324,7 +365,7 @@ def get_memory(app: App, user_id: str, memory_id: str) -> dict:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
-            "WHERE app_id = %s AND user_id = %s AND id = %s",
+            f"WHERE app_id = %s AND user_id = %s AND id = %s AND {LIVE}",
             [app.pk, user_id, key],
         )
         row = cursor.fetchone()
@@ -463,7 +504,8 @@ def _lexical(app: App, user_id: str, request: SearchRequest, depth: int) -> list
             )
             SELECT id::text, ts_rank(search, q.tsq, 1) AS score
               FROM memory_memoryentry, q
-             WHERE app_id = %s AND user_id = %s AND search @@ q.tsq AND ({request.filter_sql})
+             WHERE app_id = %s AND user_id = %s AND search @@ q.tsq AND {LIVE}
+               AND ({request.filter_sql})
              ORDER BY score DESC, created_at DESC
              LIMIT %s
             """,  # noqa: S608 - the filter is compiled with placeholders only
@@ -506,7 +548,7 @@ def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[
             f"""
             SELECT id::text, 1 - (embedding <=> %s::vector) AS score
               FROM memory_memoryentry
-             WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL
+             WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL AND {LIVE}
                AND ({request.filter_sql})
              ORDER BY embedding <=> %s::vector
              LIMIT %s
@@ -529,6 +571,9 @@ def fusion_weights(request: SearchRequest) -> dict[str, float]:
 
 
 def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
+    """Hits in the scope (live entries only); 403 ``consent_required`` when the app's policy
+    requires the user's consent and it is not granted."""
+    governance.require_read_consent(app, user_id)
     started = time.perf_counter()
     if request.mode == "lexical":
         ranked = [
@@ -572,7 +617,7 @@ def _hits(app: App, user_id: str, ranked: list[tuple[str, float]], mode: str) ->
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {_HIT_COLUMNS} FROM memory_memoryentry "  # noqa: S608
-            "WHERE app_id = %s AND user_id = %s AND id = ANY(%s::uuid[])",
+            f"WHERE app_id = %s AND user_id = %s AND id = ANY(%s::uuid[]) AND {LIVE}",
             [app.pk, user_id, [entry_id for entry_id, _score in ranked]],
         )
         rows = {row[0]: row for row in cursor.fetchall()}
@@ -600,7 +645,3 @@ def _hits(app: App, user_id: str, ranked: list[tuple[str, float]], mode: str) ->
             }
         )
     return hits
-
-
-def iso(value) -> str | None:
-    return None if value is None else iso_timestamp(value)

@@ -3,6 +3,7 @@ lexical/vector/hybrid search and typed filters."""
 
 from __future__ import annotations
 
+import io
 import threading
 
 import pytest
@@ -379,3 +380,24 @@ class TestContextMemorySlot:
             base, {"current_input": current, "memory": {"query": "x"}}, format="json"
         )
         assert refused.status_code == 403
+
+
+@pytest.mark.django_db
+def test_reembed_command_refreshes_vectors_of_another_model(api):
+    from django.core.management import call_command
+
+    entry = add(api, content="remember the blue door")
+    MemoryEntry.objects.filter(pk=entry["id"]).update(embedding_model="old-model")
+    out = io.StringIO()
+    call_command("reembed", stdout=out)
+    assert "cleared 1 vectors" in out.getvalue() and "embedded 1 memories" in out.getvalue()
+    refreshed = MemoryEntry.objects.get(pk=entry["id"])
+    assert refreshed.embedding_model == "hashing-v1-384" and refreshed.embedding is not None
+
+
+def test_the_embedding_dimension_is_checked(settings):
+    from ctxadmin.checks import check_embedding_dimension
+
+    assert check_embedding_dimension() == []
+    settings.CTXADMIN_EMBEDDING_DIMENSION = 768
+    assert [e.id for e in check_embedding_dimension()] == ["ctxadmin.E005"]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from memory.governance import MAX_RETENTION_DAYS, MAX_TTL_SECONDS
+
 _OBJECT = {"type": "object", "additionalProperties": True}
 _NULLABLE_STRING = {"type": "string", "nullable": True}
+_NULLABLE_TIME = {"type": "string", "format": "date-time", "nullable": True}
+_FINGERPRINT = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 
 
 def _strict(properties: dict, required: list[str] | None = None) -> dict:
@@ -32,6 +36,12 @@ COMPONENTS = {
             "provenance": _PROVENANCE,
             "idempotency_key": {"type": "string", "maxLength": 256},
             "embed": {"enum": ["auto", "sync", "async"]},
+            "erasure_epoch": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The scope's erasure epoch this write was prepared at; older "
+                "than the current one: 409 memory_erasure_epoch_stale, nothing written.",
+            },
         },
         ["content"],
     ),
@@ -45,6 +55,8 @@ COMPONENTS = {
             "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
             "embedding_model": _NULLABLE_STRING,
             "created_at": {"type": "string", "format": "date-time"},
+            "expires_at": _NULLABLE_TIME,
+            "retain_until": _NULLABLE_TIME,
         },
         [
             "id",
@@ -55,6 +67,8 @@ COMPONENTS = {
             "sha256",
             "embedding_model",
             "created_at",
+            "expires_at",
+            "retain_until",
         ],
     ),
     "MemorySearch": _strict(
@@ -126,8 +140,122 @@ COMPONENTS["MemoryEventsResult"] = _strict(
     ["added", "duplicates", "skipped", "skipped_by_reason", "memory_ids"],
 )
 
+_POLICY_FIELDS = {
+    "consent_required": {
+        "type": "boolean",
+        "description": "Adds and searches for a user need their granted consent (403 "
+        "consent_required).",
+    },
+    "default_ttl_seconds": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_TTL_SECONDS,
+        "nullable": True,
+        "description": "New entries expire this long after they are written: invisible at "
+        "once, purged later.",
+    },
+    "retention_days": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_RETENTION_DAYS,
+        "nullable": True,
+        "description": "New entries cannot be erased (entry or session erasure) for this "
+        "long; user erasure ignores it.",
+    },
+    "legal_hold": {
+        "type": "boolean",
+        "description": "No erasure (409 legal_hold) and no expiry purge in the whole app.",
+    },
+}
+COMPONENTS["MemoryPolicy"] = _strict(_POLICY_FIELDS)
+COMPONENTS["MemoryPolicyState"] = _strict(
+    {
+        **_POLICY_FIELDS,
+        "source": {"enum": ["default", "app"]},
+        "updated_at": _NULLABLE_TIME,
+    },
+    [*_POLICY_FIELDS, "source", "updated_at"],
+)
+COMPONENTS["MemoryConsentUpdate"] = _strict({"granted": {"type": "boolean"}}, ["granted"])
+COMPONENTS["MemoryConsent"] = _strict(
+    {
+        "granted": {"type": "boolean", "nullable": True, "description": "null: not recorded"},
+        "consent_required": {"type": "boolean"},
+        "updated_at": _NULLABLE_TIME,
+    },
+    ["granted", "consent_required", "updated_at"],
+)
+COMPONENTS["MemoryLegalHold"] = _strict(
+    {
+        "legal_hold": {"type": "boolean", "description": "this user's own hold"},
+        "app_legal_hold": {"type": "boolean", "description": "the app policy's hold"},
+        "since": _NULLABLE_TIME,
+    },
+    ["legal_hold", "app_legal_hold", "since"],
+)
+COMPONENTS["MemoryErasureEpoch"] = _strict(
+    {"erasure_epoch": {"type": "integer", "minimum": 0}}, ["erasure_epoch"]
+)
+COMPONENTS["MemoryUserErasure"] = _strict(
+    {"confirm": {"type": "string", "description": "exactly `erase user <user>`"}}, ["confirm"]
+)
+COMPONENTS["MemoryErasureReceipt"] = _strict(
+    {
+        "receipt_id": {"type": "string", "format": "uuid"},
+        "kind": {"enum": ["entry", "session", "user"]},
+        "scope_fingerprint": {
+            **_FINGERPRINT,
+            "description": "sha256 of the canonical JSON of {app_id, user_id}",
+        },
+        "target_fingerprint": {
+            **_FINGERPRINT,
+            "nullable": True,
+            "description": "session: sha256 of {app_id, user_id, session_id}; entry: of "
+            "{app_id, user_id, memory_id}; user: null",
+        },
+        "erased_by": {"type": "string", "description": "the API key's prefix"},
+        "counts": _strict(
+            {
+                "entries": {"type": "integer", "minimum": 0},
+                "queued_work": {"type": "integer", "minimum": 0},
+                "consent_records": {"type": "integer", "minimum": 0},
+            },
+            ["entries", "queued_work", "consent_records"],
+        ),
+        "erasure_epoch": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "the scope's erasure epoch after the erasure",
+        },
+        "erased_at": {"type": "string", "format": "date-time"},
+    },
+    [
+        "receipt_id",
+        "kind",
+        "scope_fingerprint",
+        "target_fingerprint",
+        "erased_by",
+        "counts",
+        "erasure_epoch",
+        "erased_at",
+    ],
+)
+# Operations whose JSON body arrives on a DELETE (drf-spectacular documents bodies on POST,
+# PUT and PATCH only).
+_DELETE_BODIES = {"memories_erase": ("MemoryUserErasure", False)}
+
 
 def add_components(result, generator, request, public):
     """drf-spectacular post-processing hook: register the components above."""
     result.setdefault("components", {}).setdefault("schemas", {}).update(COMPONENTS)
+    for path in result.get("paths", {}).values():
+        operation = path.get("delete")
+        if operation and operation.get("operationId") in _DELETE_BODIES:
+            name, required = _DELETE_BODIES[operation["operationId"]]
+            operation["requestBody"] = {
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}
+                },
+                "required": required,
+            }
     return result

@@ -1,14 +1,16 @@
-"""Long-term memory over REST: add, list, get, delete and search, in one (app, user) scope."""
+"""Long-term memory over REST: add, get, erase and search, in one (app, user) scope."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from ctxadmin.api.errors import ApiError
+from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.models import SCOPE_MEMORY
-from memory import services
+from memory import erasure, services
 from sessions_app.api.schemas import ref
 
 JSON = "application/json"
@@ -19,7 +21,11 @@ class MemoryScopedView(AppScopedView):
 
 
 class MemoryListView(MemoryScopedView):
-    """Add a memory (idempotent with ``idempotency_key``)."""
+    """``POST``: add a memory (idempotent with ``idempotency_key``). ``DELETE``: erase a
+    session's memories (``?session_id=``) or, with ``{"confirm": "erase user <user>"}``, the
+    user's whole memory."""
+
+    allowed_query_params = frozenset({"session_id"})  # DELETE only
 
     @extend_schema(
         operation_id="memories_add",
@@ -27,9 +33,41 @@ class MemoryListView(MemoryScopedView):
         responses={201: ref("Memory"), 200: ref("Memory")},
     )
     def post(self, request, app, user):
+        if request.query_params:
+            unknown = sorted(request.query_params)
+            raise ApiError(
+                "unknown_parameter",
+                f"unknown query parameter {unknown[0]!r}",
+                details={"unknown": unknown, "allowed": []},
+            )
         new = services.parse_new_memory(request.data)
         entry, created = services.add_memory(self.tenant, user, new)
         return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(
+        operation_id="memories_erase",
+        description="With `session_id`: erase that session's memories (no body). Without it: "
+        'erase the user\'s whole memory; the body must be `{"confirm": "erase user <user>"}`. '
+        "404 `not_found` when there is nothing to erase; 409 `legal_hold` under a legal "
+        "hold; 409 `memory_retained` when a session's entry is still in its retention period.",
+        parameters=[
+            OpenApiParameter(
+                "session_id", str, description="erase only the memories of this session"
+            )
+        ],
+        responses={200: ref("MemoryErasureReceipt")},
+    )
+    def delete(self, request, app, user):
+        key_prefix = request.auth.prefix
+        sessions = request.query_params.getlist("session_id")
+        if not sessions:
+            erasure.parse_user_confirmation(request.data, user)
+            return Response(erasure.erase_user(self.tenant, user, key_prefix))
+        if len(sessions) > 1 or path_segment_error("sid", sessions[0]):
+            raise services.invalid("session_id", "must be one session id")
+        if request.data:
+            raise services.invalid("body", "erasing a session takes no body")
+        return Response(erasure.erase_session(self.tenant, user, sessions[0], key_prefix))
 
 
 class MemoryDetailView(MemoryScopedView):
@@ -37,9 +75,14 @@ class MemoryDetailView(MemoryScopedView):
     def get(self, request, app, user, memory_id):
         return Response(services.get_memory(self.tenant, user, memory_id))
 
-    @extend_schema(operation_id="memories_delete", responses={204: None})
+    @extend_schema(
+        operation_id="memories_delete",
+        description="Erase one entry (an erasure receipt is kept). 409 `legal_hold` under a "
+        "legal hold; 409 `memory_retained` within the entry's retention period.",
+        responses={204: None},
+    )
     def delete(self, request, app, user, memory_id):
-        services.delete_memory(self.tenant, user, memory_id)
+        erasure.erase_entry(self.tenant, user, memory_id, request.auth.prefix)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -28,7 +28,7 @@ from sessions_app import store
 from sessions_app.compaction import engine
 from sessions_app.compaction.policy import DEFAULT_POLICY, CompactionPolicy, PolicyError
 from sessions_app.compaction.policy import parse_policy as parse_compaction_policy
-from sessions_app.events import COMPACTION, Derived, iso_timestamp
+from sessions_app.events import COMPACTION, Derived
 from sessions_app.models import AppCompactionPolicy, Checkpoint, CompactionState, Session
 from sessions_app.services import invalid, not_found
 
@@ -762,10 +762,6 @@ def _purge(session_pk: int, row: Checkpoint, event_ids: list[str]) -> None:
         )
         purged = cursor.fetchone()[0]
     Checkpoint.objects.filter(pk=row.pk).update(purged_events=purged)
-
-
-def iso(value) -> str | None:
-    return None if value is None else iso_timestamp(value)
 
 
 def get_checkpoint(session: Session, checkpoint_id: str) -> Checkpoint:

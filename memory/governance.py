@@ -1,0 +1,359 @@
+"""Memory governance per app: consent, time to live, retention and legal holds.
+
+The policy (``MemoryPolicy``, absent: the defaults) says whether a user's consent is needed
+before anything of theirs is remembered or recalled, how long new entries live
+(``default_ttl_seconds`` → ``expires_at``), how long they must be kept
+(``retention_days`` → ``retain_until``) and whether the whole app is under legal hold.
+Consent records and per-user legal holds are kept per (app, user).
+
+Consent is evaluated fail-closed: when the policy or the consent record cannot be read,
+the request is refused as if consent were missing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+
+from ctxadmin.api.errors import ApiError
+from ctxadmin.canonical import fingerprint
+from ctxadmin.models import App
+from memory.models import Consent, LegalHold, MemoryPolicy
+from sessions_app.events import iso_timestamp
+
+logger = logging.getLogger("ctxadmin.memory")
+
+POLICY_KEYS = ("consent_required", "default_ttl_seconds", "retention_days", "legal_hold")
+CONSENT_KEYS = frozenset({"granted"})
+MAX_TTL_SECONDS = 10 * 365 * 86400  # ten years
+MAX_RETENTION_DAYS = 100 * 365
+
+
+def invalid(path: str, message: str) -> ApiError:
+    return ApiError("validation_error", f"{path}: {message}", details={"field": path})
+
+
+def scope_fingerprint(app: App | int, user_id: str) -> str:
+    """SHA-256 of the canonical JSON of ``{"app_id", "user_id"}``: names a scope in records
+    that outlive its erasure without carrying the user id."""
+    app_id = app if isinstance(app, int) else app.pk
+    return fingerprint({"app_id": app_id, "user_id": user_id})
+
+
+# ----------------------------------------------------------------------------- policy
+
+
+@dataclass(frozen=True)
+class Policy:
+    consent_required: bool = False
+    default_ttl_seconds: int | None = None
+    retention_days: int | None = None
+    legal_hold: bool = False
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in POLICY_KEYS}
+
+
+DEFAULT_POLICY = Policy()
+
+
+def _positive(body: dict, name: str, maximum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise invalid(name, f"must be null or an integer from 1 to {maximum}")
+    return value
+
+
+def parse_policy(body: Any) -> Policy:
+    """A whole policy (PUT replaces it; a field left out takes its default)."""
+    if not isinstance(body, dict):
+        raise invalid("body", "must be a JSON object")
+    unknown = sorted(set(body) - set(POLICY_KEYS))
+    if unknown:
+        raise invalid(unknown[0], "unknown field")
+    flags = {}
+    for name in ("consent_required", "legal_hold"):
+        value = body.get(name, False)
+        if not isinstance(value, bool):
+            raise invalid(name, "must be true or false")
+        flags[name] = value
+    ttl = _positive(body, "default_ttl_seconds", MAX_TTL_SECONDS)
+    retention = _positive(body, "retention_days", MAX_RETENTION_DAYS)
+    if ttl is not None and retention is not None and ttl < retention * 86400:
+        raise invalid(
+            "default_ttl_seconds",
+            "must be at least retention_days (in seconds): an entry cannot expire before "
+            "it may be erased",
+        )
+    return Policy(
+        consent_required=flags["consent_required"],
+        default_ttl_seconds=ttl,
+        retention_days=retention,
+        legal_hold=flags["legal_hold"],
+    )
+
+
+def policy_state(app: App) -> dict:
+    row = MemoryPolicy.objects.filter(app=app).first()
+    if row is None:
+        return {**DEFAULT_POLICY.as_dict(), "source": "default", "updated_at": None}
+    return {
+        **Policy(
+            row.consent_required, row.default_ttl_seconds, row.retention_days, row.legal_hold
+        ).as_dict(),
+        "source": "app",
+        "updated_at": iso_timestamp(row.updated_at),
+    }
+
+
+def set_policy(app: App, body: Any, key_prefix: str) -> dict:
+    policy = parse_policy(body)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO memory_memorypolicy
+                (app_id, consent_required, default_ttl_seconds, retention_days, legal_hold,
+                 updated_at, updated_by)
+            VALUES (%s, %s, %s, %s, %s, now(), %s)
+            ON CONFLICT (app_id) DO UPDATE SET
+                consent_required = EXCLUDED.consent_required,
+                default_ttl_seconds = EXCLUDED.default_ttl_seconds,
+                retention_days = EXCLUDED.retention_days,
+                legal_hold = EXCLUDED.legal_hold,
+                updated_at = now(),
+                updated_by = EXCLUDED.updated_by
+            """,
+            [
+                app.pk,
+                policy.consent_required,
+                policy.default_ttl_seconds,
+                policy.retention_days,
+                policy.legal_hold,
+                key_prefix,
+            ],
+        )
+    logger.info("memory_policy_set", extra={"app": app.pk, **policy.as_dict()})
+    return policy_state(app)
+
+
+# ----------------------------------------------------------------------------- consent
+
+
+@dataclass(frozen=True)
+class WriteTerms:
+    """What the policy stamps on a new entry."""
+
+    ttl_seconds: int | None
+    retention_days: int | None
+
+
+def _read_terms(app: App, user_id: str) -> tuple[Policy, bool | None]:
+    """The app's policy and the user's consent (None: never recorded), in one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT p.consent_required, p.default_ttl_seconds, p.retention_days, p.legal_hold,
+                   (SELECT c.granted FROM memory_consent c
+                     WHERE c.app_id = %s AND c.user_id = %s)
+              FROM (SELECT 1) AS one
+              LEFT JOIN memory_memorypolicy p ON p.app_id = %s
+            """,
+            [app.pk, user_id, app.pk],
+        )
+        required, ttl, retention, hold, granted = cursor.fetchone()
+    if required is None:  # no policy row
+        return DEFAULT_POLICY, granted
+    return Policy(required, ttl, retention, hold), granted
+
+
+def _consent_error(reason: str) -> ApiError:
+    return ApiError(
+        "consent_required",
+        "This app requires the user's consent to long-term memory, and it is not granted.",
+        status_code=403,
+        details={"reason": reason},
+    )
+
+
+def _checked_terms(app: App, user_id: str) -> Policy:
+    try:
+        policy, granted = _read_terms(app, user_id)
+    except Exception as exc:  # fail closed: a policy that cannot be read refuses
+        logger.warning(
+            "memory_consent_unverifiable", extra={"app": app.pk, "error": type(exc).__name__}
+        )
+        raise _consent_error("policy_unavailable") from None
+    if policy.consent_required and granted is not True:
+        raise _consent_error("not_granted" if granted is False else "not_recorded")
+    return policy
+
+
+def require_read_consent(app: App, user_id: str) -> None:
+    """Refuse (403 ``consent_required``) a recall for a user whose consent the app's policy
+    requires and does not have."""
+    _checked_terms(app, user_id)
+
+
+def write_terms(app: App, user_id: str) -> WriteTerms:
+    """Refuse a write as ``require_read_consent`` does; else the TTL and retention to stamp."""
+    policy = _checked_terms(app, user_id)
+    return WriteTerms(policy.default_ttl_seconds, policy.retention_days)
+
+
+def consent_state(app: App, user_id: str) -> dict:
+    row = Consent.objects.filter(app=app, user_id=user_id).first()
+    required = MemoryPolicy.objects.filter(app=app, consent_required=True).exists()
+    return {
+        "granted": None if row is None else row.granted,
+        "consent_required": required,
+        "updated_at": None if row is None else iso_timestamp(row.updated_at),
+    }
+
+
+def set_consent(app: App, user_id: str, body: Any, key_prefix: str) -> dict:
+    if not isinstance(body, dict):
+        raise invalid("body", "must be a JSON object")
+    unknown = sorted(set(body) - CONSENT_KEYS)
+    if unknown:
+        raise invalid(unknown[0], "unknown field")
+    granted = body.get("granted")
+    if not isinstance(granted, bool):
+        raise invalid("granted", "must be true or false")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO memory_consent (app_id, user_id, granted, updated_at, updated_by)
+            VALUES (%s, %s, %s, now(), %s)
+            ON CONFLICT (app_id, user_id) DO UPDATE SET
+                granted = EXCLUDED.granted, updated_at = now(), updated_by = EXCLUDED.updated_by
+            """,
+            [app.pk, user_id, granted, key_prefix],
+        )
+    logger.info("memory_consent_set", extra={"app": app.pk, "granted": granted})
+    return consent_state(app, user_id)
+
+
+# ----------------------------------------------------------------------------- legal hold
+
+
+def legal_hold_state(app: App, user_id: str) -> dict:
+    row = LegalHold.objects.filter(app=app, user_id=user_id).first()
+    app_hold = MemoryPolicy.objects.filter(app=app, legal_hold=True).exists()
+    return {
+        "legal_hold": row is not None,
+        "app_legal_hold": app_hold,
+        "since": None if row is None else iso_timestamp(row.created_at),
+    }
+
+
+def place_legal_hold(app: App, user_id: str, body: Any, key_prefix: str) -> dict:
+    """Idempotent: a second hold keeps the first one's time."""
+    if body is not None and not isinstance(body, dict):
+        raise invalid("body", "must be empty or an empty JSON object")
+    if body:
+        raise invalid(sorted(body)[0], "unknown field")
+    from memory import erasure
+
+    with transaction.atomic():
+        erasure.lock_scope(app, user_id)  # ordered with any erasure of the scope
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                INSERT INTO memory_legalhold (app_id, user_id, created_at, created_by)
+                VALUES (%s, %s, now(), %s)
+                ON CONFLICT (app_id, user_id) DO NOTHING
+                """,
+                [app.pk, user_id, key_prefix],
+            )
+    logger.info("memory_legal_hold_placed", extra={"app": app.pk})
+    return legal_hold_state(app, user_id)
+
+
+def release_legal_hold(app: App, user_id: str) -> None:
+    deleted, _ = LegalHold.objects.filter(app=app, user_id=user_id).delete()
+    if not deleted:
+        raise ApiError("not_found", "Not found.", status_code=404)
+    logger.info("memory_legal_hold_released", extra={"app": app.pk})
+
+
+def refuse_if_held(app: App, user_id: str) -> None:
+    """409 ``legal_hold`` when the app or this user is under legal hold. Inside an erasure's
+    transaction the policy row is read ``FOR SHARE``, so the hold cannot be lifted or placed
+    underneath it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT legal_hold FROM memory_memorypolicy WHERE app_id = %s FOR SHARE", [app.pk]
+        )
+        row = cursor.fetchone()
+        if row is not None and row[0]:
+            raise _held("app")
+        cursor.execute(
+            "SELECT 1 FROM memory_legalhold WHERE app_id = %s AND user_id = %s",
+            [app.pk, user_id],
+        )
+        if cursor.fetchone() is not None:
+            raise _held("user")
+
+
+def _held(scope: str) -> ApiError:
+    return ApiError(
+        "legal_hold",
+        "This memory is under legal hold and cannot be erased.",
+        status_code=409,
+        details={"hold": scope},
+    )
+
+
+# ----------------------------------------------------------------------------- expiry
+
+PURGE_BATCH_SIZE = 1000
+
+
+# An expired entry no retention period and no legal hold keeps (the entry is aliased ``e``).
+_PURGEABLE = """
+    e.expires_at IS NOT NULL AND e.expires_at <= now()
+    AND (e.retain_until IS NULL OR e.retain_until <= now())
+    AND NOT EXISTS (SELECT 1 FROM memory_memorypolicy p
+                     WHERE p.app_id = e.app_id AND p.legal_hold)
+    AND NOT EXISTS (SELECT 1 FROM memory_legalhold h
+                     WHERE h.app_id = e.app_id AND h.user_id = e.user_id)
+"""
+
+
+def purge_expired_batch(batch_size: int = PURGE_BATCH_SIZE) -> int:
+    """Delete up to ``batch_size`` expired entries (claimed with SKIP LOCKED, oldest expiry
+    first); the count deleted. Entries still retained, of an app under legal hold or of a
+    user under legal hold stay (invisible to reads) until that ends."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            DELETE FROM memory_memoryentry
+             WHERE id IN (
+                SELECT e.id FROM memory_memoryentry e
+                 WHERE {_PURGEABLE}
+                 ORDER BY e.expires_at
+                 LIMIT %s
+                 FOR UPDATE OF e SKIP LOCKED)
+            """,  # noqa: S608 - a constant condition
+            [batch_size],
+        )
+        return cursor.rowcount
+
+
+def release_expired_key(app: App, user_id: str, key: str) -> None:
+    """Free an idempotency key held by an expired, purgeable entry, so a new entry can take
+    it (an expired entry still retained or held keeps its key)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            DELETE FROM memory_memoryentry e
+             WHERE e.app_id = %s AND e.user_id = %s AND e.idempotency_key = %s
+               AND {_PURGEABLE}
+            """,  # noqa: S608 - a constant condition
+            [app.pk, user_id, key],
+        )
