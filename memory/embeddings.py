@@ -28,7 +28,6 @@ import logging
 import math
 import os
 import re
-import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -38,12 +37,13 @@ from functools import lru_cache
 from itertools import pairwise, repeat
 from operator import add, mul
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 import httpx
 from django.core.exceptions import ImproperlyConfigured
 
 from ctxadmin.providers.base import ProviderConnection, parse_retry_after
+from ctxadmin.providers.transport import CodedError, endpoint, read_capped, shared_client
 
 logger = logging.getLogger("ctxadmin.embeddings")
 
@@ -62,37 +62,14 @@ MAX_DIMENSION = 16000  # pgvector's limit for ``vector``
 MAX_NAME_CHARS = 128  # what an entry's ``embedding_model`` column holds
 
 
-class EmbeddingError(Exception):
+class EmbeddingError(CodedError):
     """Texts that could not be embedded; nothing was returned for any of them.
 
     ``code`` is one of ``ERROR_CODES``. The message is built from the code, the status and
     a ``detail`` holding sizes, counts or field names only.
     """
 
-    def __init__(
-        self,
-        code: str,
-        *,
-        status: int | None = None,
-        retry_after_s: float | None = None,
-        detail: str | None = None,
-    ):
-        if code not in ERROR_CODES:
-            raise ValueError(f"unknown embedding error code {code!r}")
-        self.code = code
-        self.status = status
-        self.retry_after_s = retry_after_s
-        parts = [code]
-        if status is not None:
-            parts.append(f"status={status}")
-        if retry_after_s is not None:
-            parts.append(f"retry_after_s={retry_after_s:g}")
-        if detail:
-            parts.append(detail)
-        super().__init__(" ".join(parts))
-
-    def __repr__(self) -> str:
-        return f"EmbeddingError({self})"
+    codes = frozenset(ERROR_CODES)
 
 
 def _bad(detail: str, status: int | None = None) -> EmbeddingError:
@@ -466,32 +443,6 @@ _BYTES_PER_VALUE = 32
 _RESPONSE_SLACK = 64 * 1024
 _MAX_MODEL_CHARS = 100
 
-_clients: dict[int, httpx.Client] = {}
-_clients_lock = threading.Lock()
-
-
-def _client() -> httpx.Client:
-    """This process's client for embedding services, made on first use (keyed by process id,
-    so a forked worker never writes to sockets it inherited)."""
-    pid = os.getpid()
-    client = _clients.get(pid)
-    if client is None:
-        with _clients_lock:
-            client = _clients.get(pid)
-            if client is None:
-                client = _clients[pid] = httpx.Client(follow_redirects=False)
-    return client
-
-
-def _endpoint(base_url: str, version: str, path: str) -> str:
-    """``base_url`` + ``version`` + ``path``, keeping any query; a base that already ends in
-    the version (``https://host/v1``) does not get it twice."""
-    parts = urlsplit(base_url)
-    base_path = parts.path.rstrip("/")
-    if not base_path.endswith(version):
-        base_path += version
-    return urlunsplit((parts.scheme, parts.netloc, base_path + path, parts.query, ""))
-
 
 @dataclass(frozen=True)
 class _Reply:
@@ -510,7 +461,7 @@ def _post_json(
     payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
     headers = {**headers, "content-type": "application/json", "accept": "application/json"}
     try:
-        with _client().stream(
+        with shared_client().stream(
             "POST", url, content=payload, headers=headers, timeout=httpx.Timeout(remaining)
         ) as response:
             status = response.status_code
@@ -546,20 +497,14 @@ def _post_json(
 
 
 def _read_capped(response: httpx.Response, cap: int, deadline: float) -> bytes:
-    """The (decompressed) body, refused as soon as it passes ``cap`` bytes or the deadline."""
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap:
-        raise _bad(f"response_bytes={declared} limit={cap}", response.status_code)
-    chunks: list[bytes] = []
-    total = 0
-    for chunk in response.iter_bytes():
-        total += len(chunk)
-        if total > cap:
-            raise _bad(f"response_bytes>{cap}", response.status_code)
-        if time.monotonic() > deadline:
-            raise EmbeddingError("embedding_timeout", status=response.status_code)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    status = response.status_code
+    return read_capped(
+        response,
+        cap,
+        deadline,
+        too_large=lambda detail: _bad(detail, status),
+        timed_out=lambda: EmbeddingError("embedding_timeout", status=status),
+    )
 
 
 def _check_model(model: Any) -> str:
@@ -664,7 +609,7 @@ class OpenAICompatibleEmbedder(_HttpEmbedder):
         self.request_dimensions = request_dimensions
 
     def _request(self, texts: list[str]) -> tuple[str, dict[str, str], dict[str, Any]]:
-        url = _endpoint(self.connection.base_url, "/v1", "/embeddings")
+        url = endpoint(self.connection.base_url, "/v1", "/embeddings")
         body: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
         if self.request_dimensions:
             body["dimensions"] = self.dimension
@@ -715,7 +660,7 @@ class GeminiEmbedder(_HttpEmbedder):
 
     def _request(self, texts: list[str]) -> tuple[str, dict[str, str], dict[str, Any]]:
         model_id = quote(self.model, safe="")
-        url = _endpoint(
+        url = endpoint(
             self.connection.base_url, "/v1beta", f"/models/{model_id}:batchEmbedContents"
         )
         resource = f"models/{self.model}"

@@ -41,8 +41,8 @@ MAX_QUERY_BYTES = 4096
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}\Z")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 RRF_K = 60
-# How far an iterative HNSW scan may go to fill a small scope's results (pgvector's default,
-# 20,000, can stop short when a scope is a sliver of a large table).
+# How far an iterative HNSW scan may go to fill a small scope's results: pgvector's defaults
+# (20,000 tuples, 1 x work_mem) stop short when a scope is a sliver of a large table.
 MAX_SCAN_TUPLES = 100_000
 # Reads see live entries only: an entry past its ``expires_at`` vanishes at once (the purge
 # task deletes it later).
@@ -542,7 +542,7 @@ def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
-        cursor.execute("SET LOCAL hnsw.scan_mem_multiplier = 4")
+        cursor.execute("SET LOCAL hnsw.scan_mem_multiplier = 16")
         cursor.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, depth * 2))}")
         cursor.execute(
             f"""

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from ctxadmin.env import Env
+from ctxadmin.providers.transport import CodedError
 
 ProviderKind = Literal["gemini", "openai_compatible", "anthropic"]
 KINDS: frozenset[str] = frozenset({"gemini", "openai_compatible", "anthropic"})
@@ -68,38 +69,10 @@ class Completion:
     model: str
 
 
-class ProviderError(Exception):
-    """A call that did not produce a usable reply.
+class ProviderError(CodedError):
+    """A call that did not produce a usable reply (``code`` is one of ``ERROR_CODES``)."""
 
-    ``code`` is one of ``ERROR_CODES`` and is what callers branch on (retry, back off, give
-    up). The message is built here from the code, the status and an optional ``detail`` that
-    callers fill with sizes or field names only, never with text from either side.
-    """
-
-    def __init__(
-        self,
-        code: str,
-        *,
-        status: int | None = None,
-        retry_after_s: float | None = None,
-        detail: str | None = None,
-    ):
-        if code not in ERROR_CODES:
-            raise ValueError(f"unknown provider error code {code!r}")
-        self.code = code
-        self.status = status
-        self.retry_after_s = retry_after_s
-        parts = [code]
-        if status is not None:
-            parts.append(f"status={status}")
-        if retry_after_s is not None:
-            parts.append(f"retry_after_s={retry_after_s:g}")
-        if detail:
-            parts.append(detail)
-        super().__init__(" ".join(parts))
-
-    def __repr__(self) -> str:
-        return f"ProviderError({self})"
+    codes = frozenset(ERROR_CODES)
 
 
 class UnknownConnection(KeyError):

@@ -15,18 +15,17 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 import httpx
 
 from ctxadmin.providers.base import Completion, ProviderConnection, ProviderError, parse_retry_after
+from ctxadmin.providers.transport import endpoint, read_capped, shared_client
 
 logger = logging.getLogger("ctxadmin.providers")
 
@@ -44,27 +43,6 @@ OPENAI_SCHEMA_NAME = "summary"
 
 _ENUM_LIKE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _FENCE = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\r?\n(.*?)\r?\n?\s*```\s*\Z", re.DOTALL)
-
-
-_clients: dict[int, httpx.Client] = {}
-_clients_lock = threading.Lock()
-
-
-def _client() -> httpx.Client:
-    """This process's client, made on first use.
-
-    One client keeps connections to a provider alive between calls (a TLS handshake can cost
-    more than a short reply); keyed by process id so a forked worker never writes to sockets
-    it inherited from its parent.
-    """
-    pid = os.getpid()
-    client = _clients.get(pid)
-    if client is None:
-        with _clients_lock:
-            client = _clients.get(pid)
-            if client is None:
-                client = _clients[pid] = httpx.Client(follow_redirects=False)
-    return client
 
 
 @dataclass(frozen=True)
@@ -204,7 +182,7 @@ def _post(
     }
     cap = connection.max_output_bytes * _ENVELOPE_FACTOR + _ENVELOPE_SLACK
     try:
-        with _client().stream(
+        with shared_client().stream(
             "POST",
             request.url,
             content=payload,
@@ -265,29 +243,16 @@ def _gemini_key_invalid(response: httpx.Response) -> bool:
 
 
 def _read_capped(response: httpx.Response, cap: int, deadline: float) -> bytes:
-    """The (decompressed) body, refused as soon as it passes ``cap`` bytes or the deadline."""
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap:
-        raise ProviderError(
-            "provider_output_too_large",
-            status=response.status_code,
-            detail=f"response_bytes={declared} limit={cap}",
-        )
-    chunks: list[bytes] = []
-    total = 0
-    for chunk in response.iter_bytes():
-        total += len(chunk)
-        if total > cap:
-            raise ProviderError(
-                "provider_output_too_large",
-                status=response.status_code,
-                detail=f"response_bytes>{cap}",
-            )
-        # Each read is bounded by the timeout computed at the start; this bounds the sum.
-        if time.monotonic() > deadline:
-            raise ProviderError("provider_timeout", status=response.status_code)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    status = response.status_code
+    return read_capped(
+        response,
+        cap,
+        deadline,
+        too_large=lambda detail: ProviderError(
+            "provider_output_too_large", status=status, detail=detail
+        ),
+        timed_out=lambda: ProviderError("provider_timeout", status=status),
+    )
 
 
 def _decode_envelope(raw: bytes, status: int) -> dict[str, Any]:
@@ -298,16 +263,6 @@ def _decode_envelope(raw: bytes, status: int) -> dict[str, Any]:
     if not isinstance(envelope, dict):
         raise ProviderError("provider_bad_response", status=status, detail="not a JSON object")
     return envelope
-
-
-def _endpoint(base_url: str, version: str, path: str) -> str:
-    """``base_url`` + ``version`` + ``path``, keeping any query; a base ending in the version
-    (``https://host/v1``) does not get it twice."""
-    parts = urlsplit(base_url)
-    base_path = parts.path.rstrip("/")
-    if not base_path.endswith(version):
-        base_path += version
-    return urlunsplit((parts.scheme, parts.netloc, base_path + path, parts.query, ""))
 
 
 # --------------------------------------------------------------------------- reply helpers
@@ -346,7 +301,7 @@ def _nonempty(text: str, finish_reason: Any) -> str:
 
 def _gemini_request(connection: ProviderConnection, call: _Call) -> _Request:
     model_id = quote(call.model.removeprefix("models/"), safe="")
-    url = _endpoint(connection.base_url, "/v1beta", f"/models/{model_id}:generateContent")
+    url = endpoint(connection.base_url, "/v1beta", f"/models/{model_id}:generateContent")
     # ``responseJsonSchema`` takes JSON Schema as is; ``responseSchema`` is an OpenAPI subset
     # that refuses ``additionalProperties`` and ``$ref``.
     generation: dict[str, Any] = {
@@ -403,7 +358,7 @@ def _gemini_parse(envelope: dict[str, Any], model: str) -> Completion:
 
 
 def _openai_request(connection: ProviderConnection, call: _Call) -> _Request:
-    url = _endpoint(connection.base_url, "/v1", "/chat/completions")
+    url = endpoint(connection.base_url, "/v1", "/chat/completions")
     messages = []
     if call.system:
         messages.append({"role": "system", "content": call.system})
@@ -474,7 +429,7 @@ def json_instruction(schema: Mapping[str, Any] | None) -> str:
 
 
 def _anthropic_request(connection: ProviderConnection, call: _Call) -> _Request:
-    url = _endpoint(connection.base_url, "/v1", "/messages")
+    url = endpoint(connection.base_url, "/v1", "/messages")
     body: dict[str, Any] = {
         "model": call.model,
         "max_tokens": call.max_output_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS,
