@@ -30,6 +30,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sessions_app.context.policy import PolicyError
+
 SUMMARIZER_KINDS = ("extractive", "gemini", "openai_compatible", "anthropic")
 RETENTION_MODES = ("audit", "purge")
 TRIGGERS = ("token_threshold", "event_threshold", "turn_interval", "sliding_window")
@@ -68,13 +70,6 @@ NULLABLE = frozenset(
         "project_tool_responses_over_bytes",
     }
 )
-
-
-class PolicyError(ValueError):
-    def __init__(self, path: str, message: str):
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 @dataclass(frozen=True)
