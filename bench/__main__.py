@@ -29,7 +29,7 @@ from urllib.parse import urlencode, urlsplit
 import psutil
 import psycopg
 
-from bench import locomo
+from bench import locomo, memory_bench
 from bench.workload import conversation
 from ctxadmin import stack
 from ctxadmin.testing.service import ServiceProcess
@@ -300,7 +300,9 @@ def ratio(ours: float, theirs: float, higher_is_better: bool) -> float:
     return round(ours / theirs if higher_is_better else theirs / ours, 2)
 
 
-def write_report(ours: dict, peer: dict | None, info: dict, args, compaction: dict) -> None:
+def write_report(
+    ours: dict, peer: dict | None, info: dict, args, compaction: dict, memory: dict
+) -> None:
     rows = []
 
     def row(label, our_value, peer_value, higher, target, met):
@@ -456,6 +458,8 @@ build uses `{{"budgets": {{"max_tokens": 32000}}, "overflow": "truncate"}}` and 
 ```json
 {json.dumps({k: v for k, v in compaction.items() if k != "conversations"}, indent=2)}
 ```
+
+{memory_bench.report(memory)}
 """
     )
 
@@ -466,6 +470,8 @@ def main() -> None:
     parser.add_argument("--big-events", type=int, default=10000)
     parser.add_argument("--sessions", type=int, default=100000)
     parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--memory-big", type=int, default=100000)
+    parser.add_argument("--memory-small", type=int, default=10000)
     args = parser.parse_args()
     args.raw = sys.argv[1:]
 
@@ -484,7 +490,9 @@ def main() -> None:
         service.wait_up()
         app = f"bench-{datetime.now(UTC):%Y%m%d%H%M%S}"
         service.manage("create_app", app)
-        key = service.manage("create_api_key", "--app", app, "--scopes", "sessions").strip()
+        key = service.manage(
+            "create_api_key", "--app", app, "--scopes", "sessions", "memory"
+        ).strip()
         api = Api(service.base_url, key, app)
         print("measuring ctxadmin …", flush=True)
         ours = measure_ctxadmin(service, api, args)
@@ -495,6 +503,8 @@ def main() -> None:
             json.dumps({k: v for k, v in compaction.items() if k != "conversations"}, indent=2),
             flush=True,
         )
+        print("measuring memory search …", flush=True)
+        memory = memory_bench.measure(service, api, big=args.memory_big, small=args.memory_small)
         peer = None
         if not args.skip_peer:
             from bench import adk_peer
@@ -511,7 +521,7 @@ def main() -> None:
         _code, alive = service.stop()
         for process in alive:
             process.kill()
-    write_report(ours, peer, info, args, compaction)
+    write_report(ours, peer, info, args, compaction, memory)
     print(f"wrote {REPORT}")
 
 

@@ -1,0 +1,819 @@
+"""Long-term memory search: LoCoMo evidence recall, search latency at scale, HNSW recall.
+
+A section of ``make bench``, or on its own (its own service in ``var/bench-memory``)::
+
+    .venv/bin/python -m bench.memory_bench [--big 100000] [--small 10000] [--others 9]
+                                           [--queries 50] [--skip-locomo] [--skip-scale]
+
+1. **LoCoMo evidence recall.** Every turn of each of the three LoCoMo dev conversations
+   (``../shared/data/locomo_dev.json``) is added through the API as one memory of one user
+   (``metadata``: its ``dia_id`` and speaker; ``idempotency_key``: the ``dia_id``; embedded
+   synchronously). Each question is then searched lexically, by vector and hybrid (top 25),
+   and evidence recall@k is the share of the question's evidence turns among the top k,
+   averaged over questions: categories 1-4 together, 5 (adversarial) apart. The baseline is
+   BM25 (``bm25s``, Lucene scoring, its English stopwords and Snowball stemmer) over the same
+   turns in this process. Hybrid search is also run with the ``weights``
+   ``{"lexical": 1, "vector": w}`` for each w of ``SWEEP``, to check the embedder's fusion
+   weight.
+2. **Latency at scale.** One user's scope holds ``small`` and then ``big`` entries, beside
+   ``others`` scopes of ``small`` entries, loaded directly with ``COPY`` (words drawn from a
+   Zipf distribution over LoCoMo's vocabulary and a long tail of made-up words; tsvector and
+   hashing embedding as the service writes them; the HNSW index rebuilt after each load).
+   Then p50/p95 through the API of lexical, vector and hybrid search (limit 10) over
+   ``queries`` distinct queries each.
+3. **HNSW recall@10** of the API's vector search against the exact top 10 (PostgreSQL with
+   index scans off) in the same scope, at both sizes, for generated queries and for words
+   of the scope's own entries; and of the service's vector query in SQL at other
+   ``hnsw.ef_search`` values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import multiprocessing
+import random
+import re
+import shutil
+import statistics
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from functools import lru_cache
+
+import psycopg
+
+from bench import locomo
+
+KS = (5, 10, 25)
+DEPTH = max(KS)
+SWEEP = (0, 0.25, 0.5, 0.75, 1)
+MODES = ("lexical", "vector", "hybrid")
+GROUPS = ("1-4", "5")
+DIMENSION = 384
+TS_CONFIG = "english"
+VOCABULARY = 50_000
+HNSW_QUERIES = 50
+# The service's HNSW settings (``memory.services``): its ef_search for a limit of 10 is
+# max(40, 2 * limit), and an iterative scan may visit up to MAX_SCAN_TUPLES tuples.
+API_EF_SEARCH = 40
+MAX_SCAN_TUPLES = 100_000
+SCAN_MEM_MULTIPLIER = 16
+EF_SWEEP = (40, 100, 200, 400, 800)
+EXACT_DEPTH = 50
+CHUNK = 2_000
+HNSW_INDEX = (
+    "CREATE INDEX memory_embedding_hnsw ON memory_memoryentry "
+    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+)
+
+
+def memories_url(api, user: str) -> str:
+    return f"/api/v1/apps/{api.app}/users/{user}/memories"
+
+
+# ----------------------------------------------------------------------------- LoCoMo
+
+
+def turns(sample: dict) -> list[dict]:
+    conversation = sample["conversation"]
+    numbers = sorted(
+        int(key.split("_")[1])
+        for key in conversation
+        if re.fullmatch(r"session_\d+", key) and conversation[key]
+    )
+    return [turn for number in numbers for turn in conversation[f"session_{number}"]]
+
+
+def questions(sample: dict, known: set[str]) -> tuple[list[dict], int]:
+    """The questions with evidence among the conversation's turns (as a set of dia_ids),
+    and how many were left out for having none."""
+    kept, left_out = [], 0
+    for qa in sample["qa"]:
+        wanted = {
+            part for entry in qa.get("evidence", []) for part in re.split(r"[;,\s]+", entry) if part
+        } & known
+        if not wanted:
+            left_out += 1
+            continue
+        group = "5" if qa["category"] == 5 else "1-4"
+        kept.append({"question": qa["question"], "group": group, "evidence": wanted})
+    return kept, left_out
+
+
+def index_conversation(api, user: str, sample_turns: list[dict]) -> dict:
+    url = memories_url(api, user)
+    refused: list[str] = []
+    model = None
+    started = time.perf_counter()
+    for turn in sample_turns:
+        status, body = api.request(
+            "POST",
+            url,
+            {
+                "content": turn["text"],
+                "metadata": {"dia_id": turn["dia_id"], "speaker": turn["speaker"]},
+                "idempotency_key": turn["dia_id"],
+                "embed": "sync",
+            },
+        )
+        if status in (200, 201):
+            model = body.get("embedding_model") or model
+        elif status == 422:
+            refused.append(f"{turn['dia_id']}: {body.get('error', body)}")
+        else:
+            raise RuntimeError(f"adding {turn['dia_id']} failed: {status} {str(body)[:300]}")
+    seconds = time.perf_counter() - started
+    return {
+        "turns": len(sample_turns),
+        "added": len(sample_turns) - len(refused),
+        "refused": refused,
+        "adds_per_s": round(len(sample_turns) / seconds, 1),
+        "embedding_model": model,
+    }
+
+
+def api_ranking(api, user: str, query: str, mode: str, weights: dict | None = None) -> list:
+    body: dict = {"query": query, "mode": mode, "limit": DEPTH}
+    if weights is not None:
+        body["weights"] = weights
+    hits = api.post(f"{memories_url(api, user)}/search", body)["hits"]
+    return [hit["metadata"].get("dia_id") for hit in hits]
+
+
+def bm25_rankings(sample_turns: list[dict], texts: list[str]) -> list[list[str]]:
+    """BM25 (bm25s defaults: Lucene, k1 = 1.5, b = 0.75; English stopwords, Snowball
+    stemmer) over the turns; documents scoring 0 (no query term) are not retrieved."""
+    import bm25s
+    import Stemmer
+
+    stemmer = Stemmer.Stemmer("english")
+    corpus = [turn["text"] for turn in sample_turns]
+    retriever = bm25s.BM25()
+    retriever.index(
+        bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False),
+        show_progress=False,
+    )
+    tokens = bm25s.tokenize(
+        texts, stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False
+    )
+    found = retriever.retrieve(tokens, k=min(DEPTH, len(corpus)), show_progress=False)
+    rankings = []
+    for documents, scores in zip(found.documents, found.scores, strict=True):
+        rankings.append(
+            [
+                sample_turns[int(doc)]["dia_id"]
+                for doc, score in zip(documents, scores, strict=True)
+                if score > 0
+            ]
+        )
+    return rankings
+
+
+def variants() -> dict[str, dict | None]:
+    """Name → the hybrid weights (``None``: the mode's default)."""
+    named: dict[str, dict | None] = {mode: None for mode in MODES}
+    for weight in SWEEP:
+        named[f"hybrid_w{weight:g}"] = {"lexical": 1, "vector": weight}
+    return named
+
+
+def recall(ranking: list[str], evidence: set[str], k: int) -> float:
+    return len(set(ranking[:k]) & evidence) / len(evidence)
+
+
+def locomo_recall(api) -> dict:
+    samples = json.loads(locomo.DATA.read_text())
+    names = ["bm25", *variants()]
+    scores: dict[str, dict[str, dict[int, list[float]]]] = {
+        name: {group: {k: [] for k in KS} for group in GROUPS} for name in names
+    }
+    conversations = []
+    for sample in samples:
+        user = f"recall-{sample['sample_id']}"
+        sample_turns = turns(sample)
+        info = index_conversation(api, user, sample_turns)
+        asked, left_out = questions(sample, {turn["dia_id"] for turn in sample_turns})
+        info.update(sample_id=sample["sample_id"], questions=len(asked), left_out=left_out)
+        conversations.append(info)
+        rankings = {"bm25": bm25_rankings(sample_turns, [q["question"] for q in asked])}
+        started = time.perf_counter()
+        for name, weights in variants().items():
+            mode = "hybrid" if name.startswith("hybrid") else name
+            rankings[name] = [api_ranking(api, user, q["question"], mode, weights) for q in asked]
+        info["searches_per_s"] = round(
+            len(asked) * len(variants()) / (time.perf_counter() - started), 1
+        )
+        for name in names:
+            for q, ranking in zip(asked, rankings[name], strict=True):
+                for k in KS:
+                    scores[name][q["group"]][k].append(recall(ranking, q["evidence"], k))
+    table = {
+        name: {
+            group: {f"@{k}": round(statistics.mean(scores[name][group][k]), 4) for k in KS}
+            for group in GROUPS
+        }
+        for name in names
+    }
+    model = next((c["embedding_model"] for c in conversations if c["embedding_model"]), None)
+    default_weight = None
+    if model and model.startswith("hashing"):
+        from memory.embeddings import HashingEmbedder
+
+        default_weight = HashingEmbedder.fusion_weight
+
+    def at_least(name: str, other: str, group: str) -> bool:
+        return all(table[name][group][f"@{k}"] >= table[other][group][f"@{k}"] for k in KS)
+
+    checks = {
+        group: {
+            "lexical_ge_bm25": at_least("lexical", "bm25", group),
+            "hybrid_ge_lexical": at_least("hybrid", "lexical", group),
+            "passing_vector_weights": [
+                w for w in SWEEP if at_least(f"hybrid_w{w:g}", "lexical", group)
+            ],
+        }
+        for group in GROUPS
+    }
+    return {
+        "conversations": conversations,
+        "questions": {group: len(scores["bm25"][group][KS[0]]) for group in GROUPS},
+        "embedding_model": model,
+        "default_vector_weight": default_weight,
+        "recall": table,
+        "checks": checks,
+    }
+
+
+# ----------------------------------------------------------------------------- scale
+
+
+def vocabulary(rng: random.Random) -> tuple[list[str], list[float]]:
+    """LoCoMo's words by frequency, then made-up words up to ``VOCABULARY``; cumulative
+    Zipf-Mandelbrot weights (1 / (rank + 2.7))."""
+    counts: Counter[str] = Counter()
+    for sample in json.loads(locomo.DATA.read_text()):
+        for turn in turns(sample):
+            counts.update(re.findall(r"[a-z]+", turn["text"].lower()))
+    words = [word for word, _count in counts.most_common()]
+    seen = set(words)
+    syllables = [a + b for a in "bcdfghklmnprstvz" for b in "aeiou"]
+    while len(words) < VOCABULARY:
+        word = "".join(rng.choice(syllables) for _ in range(rng.randint(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    cumulative = list(itertools.accumulate(1.0 / (rank + 2.7) for rank in range(len(words))))
+    return words, cumulative
+
+
+class Words:
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)  # noqa: S311 - reproducible filler text
+        self.words, self.cumulative = vocabulary(self.rng)
+
+    def text(self, low: int, high: int) -> str:
+        count = self.rng.randint(low, high)
+        return " ".join(self.rng.choices(self.words, cum_weights=self.cumulative, k=count))
+
+    def content(self) -> str:
+        return self.text(8, 60)
+
+    def query(self) -> str:
+        return self.text(3, 8)
+
+
+@lru_cache(maxsize=1)
+def _embedder():
+    from memory.embeddings import HashingEmbedder
+
+    return HashingEmbedder(DIMENSION)
+
+
+def vector_text(text: str) -> str:
+    """As the service sends a vector (``memory.services._vector_text``)."""
+    return "[" + ",".join(repr(float(x)) for x in _embedder().vector(text)) + "]"
+
+
+def _prepared(rows: list[tuple[str, str]]) -> list[tuple[str, str, str, int, str]]:
+    """(user, content) → (user, content, sha256, bytes, embedding), in a pool worker."""
+    prepared = []
+    for user, content in rows:
+        data = content.encode("utf-8")
+        prepared.append(
+            (user, content, hashlib.sha256(data).hexdigest(), len(data), vector_text(content))
+        )
+    return prepared
+
+
+def _chunks(words: Words, plan: list[tuple[str, int]]):
+    chunk: list[tuple[str, str]] = []
+    for user, count in plan:
+        for _ in range(count):
+            chunk.append((user, words.content()))
+            if len(chunk) == CHUNK:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def bulk_load(database_url: str, app_id: int, plan: list[tuple[str, int]], words: Words) -> dict:
+    """Insert ``plan``'s (user, count) rows as the service would write them, with the HNSW
+    index dropped meanwhile and built again after; seconds per step."""
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    # Forked before the connection is opened: the workers only hash and embed.
+    with (
+        multiprocessing.get_context("fork").Pool(2) as pool,
+        psycopg.connect(database_url, autocommit=True) as conn,
+    ):
+        conn.execute("DROP INDEX IF EXISTS memory_embedding_hnsw")
+        conn.execute(
+            "CREATE TEMP TABLE bench_stage (user_id text, content text, sha text, bytes int, "
+            "embedding text)"
+        )
+        with (
+            conn.cursor() as cursor,
+            cursor.copy("COPY bench_stage FROM STDIN") as copy,
+        ):
+            for rows in pool.imap(_prepared, _chunks(words, plan)):
+                for row in rows:
+                    copy.write_row(row)
+        mark = time.perf_counter()
+        timings["generate_embed_copy_s"] = round(mark - started, 1)
+        conn.execute(
+            """
+            INSERT INTO memory_memoryentry
+                (id, app_id, user_id, content, content_sha256, metadata, search, embedding,
+                 embedding_model, content_bytes, created_at, updated_at)
+            SELECT gen_random_uuid(), %s, user_id, content, sha, '{}'::jsonb,
+                   to_tsvector(%s::regconfig, content), embedding::vector, %s, bytes,
+                   now(), now()
+              FROM bench_stage
+            """,
+            (app_id, TS_CONFIG, _embedder().name),
+        )
+        conn.execute("DROP TABLE bench_stage")
+        timings["insert_s"] = round(time.perf_counter() - mark, 1)
+        mark = time.perf_counter()
+        conn.execute("SET maintenance_work_mem = '512MB'")
+        conn.execute(HNSW_INDEX)
+        timings["hnsw_build_s"] = round(time.perf_counter() - mark, 1)
+        mark = time.perf_counter()
+        conn.execute("ANALYZE memory_memoryentry")
+        timings["analyze_s"] = round(time.perf_counter() - mark, 1)
+        timings["rows"] = sum(count for _user, count in plan)
+        timings["table_rows"] = conn.execute("SELECT count(*) FROM memory_memoryentry").fetchone()[
+            0
+        ]
+    timings["total_s"] = round(time.perf_counter() - started, 1)
+    return timings
+
+
+def latency(api, user: str, queries: list[str]) -> dict:
+    from bench.__main__ import percentiles
+
+    url = f"{memories_url(api, user)}/search"
+    figures = {}
+    for mode in MODES:
+        for query in queries[:3]:  # warm-up
+            api.post(url, {"query": query, "mode": mode})
+        samples, hits = [], []
+        for query in queries:
+            started = time.perf_counter()
+            body = api.post(url, {"query": query, "mode": mode})
+            samples.append((time.perf_counter() - started) * 1000)
+            hits.append(len(body["hits"]))
+        figures[mode] = {**percentiles(samples), "mean_hits": round(statistics.mean(hits), 1)}
+    return figures
+
+
+def _exact(database_url: str, app_id: int, user: str, vectors: list[str]) -> list[list]:
+    """The exact nearest ``EXACT_DEPTH`` (id, cosine similarity) of each vector in the scope,
+    with index scans off."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SET enable_indexscan = off")
+        conn.execute("SET enable_bitmapscan = off")
+        return [
+            conn.execute(
+                "SELECT id::text, 1 - (embedding <=> %s::vector) FROM memory_memoryentry "
+                "WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL "
+                "AND (expires_at IS NULL OR expires_at > now()) "
+                "ORDER BY embedding <=> %s::vector LIMIT %s",
+                (vector, app_id, user, vector, EXACT_DEPTH),
+            ).fetchall()
+            for vector in vectors
+        ]
+
+
+def entry_queries(database_url: str, app_id: int, user: str, count: int) -> list[str]:
+    """Six consecutive words of ``count`` of the scope's entries (a question about something
+    stored, with a clear nearest entry)."""
+    rng = random.Random(count)  # noqa: S311 - reproducible choice
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT content FROM memory_memoryentry WHERE app_id = %s AND user_id = %s "
+            "ORDER BY content_sha256 LIMIT %s",
+            (app_id, user, count),
+        ).fetchall()
+    queries = []
+    for (content,) in rows:
+        words = content.split()
+        start = rng.randint(0, max(0, len(words) - 6))
+        queries.append(" ".join(words[start : start + 6]))
+    return queries
+
+
+def _hnsw_top10(
+    database_url: str,
+    app_id: int,
+    user: str,
+    vectors: list[str],
+    ef_search: int,
+    *,
+    force: bool = False,
+) -> tuple[list[set], list[float], bool]:
+    """The service's vector query and settings (``memory.services._vector``) with another
+    ``hnsw.ef_search``: the top 10 of each vector, the milliseconds each took, and whether
+    the planner chose the HNSW index (for the first vector). ``force``: sorting is off, so
+    the planner takes the index whatever it costs."""
+    sql = (
+        "SELECT id::text FROM memory_memoryentry "
+        "WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL "
+        "AND (expires_at IS NULL OR expires_at > now()) "  # live entries, as the service
+        "ORDER BY embedding <=> %s::vector LIMIT 10"
+    )
+    found, samples, uses_hnsw = [], [], False
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for position, vector in enumerate(vectors):
+            started = time.perf_counter()
+            with conn.transaction():
+                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
+                conn.execute(f"SET LOCAL hnsw.scan_mem_multiplier = {SCAN_MEM_MULTIPLIER}")
+                conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
+                if force:
+                    conn.execute("SET LOCAL enable_sort = off")
+                rows = conn.execute(sql, (app_id, user, vector)).fetchall()
+                samples.append((time.perf_counter() - started) * 1000)
+                if position == 0:
+                    plan = conn.execute(f"EXPLAIN {sql}", (app_id, user, vector)).fetchall()
+                    uses_hnsw = any("memory_embedding_hnsw" in line for (line,) in plan)
+            found.append({row[0] for row in rows})
+    return found, samples, uses_hnsw
+
+
+def _overlap(found: list[set], exact: list[set]) -> float:
+    return round(
+        statistics.mean(
+            len(got & wanted) / len(wanted) for got, wanted in zip(found, exact, strict=True)
+        ),
+        4,
+    )
+
+
+def _api_against_exact(api, user: str, queries: list[str], exact: list[list]) -> dict:
+    """The API's vector top 10 against the exact one: recall@10, whether the nearest entry
+    is among them, and their mean similarity as a share of the exact top 10's."""
+    url = f"{memories_url(api, user)}/search"
+    shares, nearest, ratios = [], [], []
+    for query, ranked in zip(queries, exact, strict=True):
+        hits = api.post(url, {"query": query, "mode": "vector", "limit": 10})["hits"]
+        wanted = {entry_id for entry_id, _similarity in ranked[:10]}
+        shares.append(len({hit["id"] for hit in hits} & wanted) / len(wanted))
+        nearest.append(ranked[0][0] in {hit["id"] for hit in hits})
+        best = statistics.mean(similarity for _id, similarity in ranked[:10])
+        ratios.append(statistics.mean(hit["score"] for hit in hits) / best if hits else 0.0)
+    return {
+        "recall_at_10": round(statistics.mean(shares), 4),
+        "min": round(min(shares), 2),
+        "nearest_found": round(statistics.mean(nearest), 4),
+        "similarity_ratio": round(statistics.mean(ratios), 4),
+        "exact_similarity": {
+            f"@{rank}": round(statistics.mean(ranked[rank - 1][1] for ranked in exact), 4)
+            for rank in (1, 10, 11, EXACT_DEPTH)
+            if all(len(ranked) >= rank for ranked in exact)
+        },
+        "queries": len(shares),
+    }
+
+
+def hnsw_recall(api, database_url: str, app_id: int, user: str, queries: list[str]) -> dict:
+    """The API's vector search against exact search in the scope (no index scans), for the
+    generated queries and for words of the scope's own entries; and the service's query in
+    SQL at other ``hnsw.ef_search`` values (the API's, for limit 10, is ``API_EF_SEARCH``)."""
+    from bench.__main__ import percentiles
+
+    vectors = [vector_text(query) for query in queries]
+    exact = _exact(database_url, app_id, user, vectors)
+    results = {"generated": _api_against_exact(api, user, queries, exact)}
+    from_entries = entry_queries(database_url, app_id, user, len(queries))
+    results["from_entries"] = _api_against_exact(
+        api,
+        user,
+        from_entries,
+        _exact(database_url, app_id, user, [vector_text(query) for query in from_entries]),
+    )
+    top10 = [{entry_id for entry_id, _similarity in ranked[:10]} for ranked in exact]
+    sweep = []
+    for ef_search in EF_SWEEP:
+        found, samples, uses_hnsw = _hnsw_top10(database_url, app_id, user, vectors, ef_search)
+        point = {
+            "ef_search": ef_search,
+            "plan": "hnsw" if uses_hnsw else "exact",
+            "recall_at_10": _overlap(found, top10),
+            "sql_ms": percentiles(samples),
+        }
+        if not uses_hnsw:
+            found, samples, _ = _hnsw_top10(
+                database_url, app_id, user, vectors, ef_search, force=True
+            )
+            point["forced_hnsw"] = {
+                "recall_at_10": _overlap(found, top10),
+                "sql_ms": percentiles(samples),
+            }
+        sweep.append(point)
+    results["ef_search_sweep"] = sweep
+    return results
+
+
+def scale(service, api, *, big: int, small: int, others: int, queries: int) -> dict:
+    database_url = service.database_url
+    with psycopg.connect(database_url) as conn:
+        app_id = conn.execute("SELECT id FROM ctxadmin_app WHERE name = %s", (api.app,)).fetchone()[
+            0
+        ]
+    words = Words(20240601)
+    timed = [words.query() for _ in range(queries)]
+    checked = [words.query() for _ in range(HNSW_QUERIES)]
+    user = "scale-main"
+    phases = []
+    plan = [(user, small)] + [(f"scale-other-{i}", small) for i in range(others)]
+    for size in dict.fromkeys((small, big)):  # in order, once each
+        if size != small:
+            plan = [(user, size - small)]
+        load = bulk_load(database_url, app_id, plan, words)
+        phases.append(
+            {
+                "scope_rows": size,
+                "other_scopes": others,
+                "other_scope_rows": small,
+                "load": load,
+                "latency_ms": latency(api, user, timed),
+                "hnsw": hnsw_recall(api, database_url, app_id, user, checked),
+            }
+        )
+    return {"phases": phases, "queries": queries, "hnsw_queries": HNSW_QUERIES}
+
+
+# ----------------------------------------------------------------------------- section
+
+
+def measure(
+    service,
+    api,
+    *,
+    big: int = 100_000,
+    small: int = 10_000,
+    others: int = 9,
+    queries: int = 50,
+    skip_locomo: bool = False,
+    skip_scale: bool = False,
+) -> dict:
+    """The memory search figures (the API key needs the ``memory`` scope)."""
+    results: dict = {}
+    if not skip_locomo:
+        results["locomo"] = locomo_recall(api)
+    if not skip_scale:
+        results["scale"] = scale(service, api, big=big, small=small, others=others, queries=queries)
+    return results
+
+
+LABELS = {
+    "bm25": "BM25 (bm25s, outside the database)",
+    "lexical": "lexical (full text, `ts_rank`)",
+    "vector": "vector (HNSW, cosine)",
+    "hybrid": "hybrid (RRF, default weights)",
+}
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def _locomo_report(results: dict) -> str:
+    table, checks = results["recall"], results["checks"]
+    default = results["default_vector_weight"]
+    rows = []
+    for name in ("bm25", "lexical", "vector", "hybrid"):
+        cells = " | ".join(f"{table[name][group][f'@{k}']:.3f}" for group in GROUPS for k in KS)
+        rows.append(f"| {LABELS[name]} | {cells} |")
+    sweep = []
+    for weight in SWEEP:
+        name = f"hybrid_w{weight:g}"
+        mark = " (default)" if default is not None and weight == default else ""
+        cells = " | ".join(
+            " | ".join(f"{table[name][group][f'@{k}']:.3f}" for k in KS)
+            + f" | {_met(weight in checks[group]['passing_vector_weights'])}"
+            for group in GROUPS
+        )
+        sweep.append(f"| {weight:g}{mark} | {cells} |")
+    count = results["questions"]
+    conversations = results["conversations"]
+    refused = sum(len(c["refused"]) for c in conversations)
+    adds = statistics.median(c["adds_per_s"] for c in conversations)
+    searches = statistics.median(c["searches_per_s"] for c in conversations)
+    targets = []
+    for group in GROUPS:
+        label = "categories 1-4" if group == "1-4" else f"category {group}"
+        targets.append(
+            f"| {label}: lexical >= BM25 at every k | {_met(checks[group]['lexical_ge_bm25'])} |"
+        )
+        targets.append(
+            f"| {label}: hybrid (default weights) >= lexical at every k | "
+            f"{_met(checks[group]['hybrid_ge_lexical'])} |"
+        )
+        passing = checks[group]["passing_vector_weights"]
+        targets.append(
+            f"| {label}: vector weights whose hybrid >= lexical at every k | "
+            f"{', '.join(f'{w:g}' for w in passing) or 'none'} |"
+        )
+    default_text = "the embedder's own" if default is None else f"{default:g}"
+    return f"""### LoCoMo evidence recall
+
+Each turn of the three LoCoMo dev conversations is one memory of one user (added through the
+API, one request each, embedded synchronously: {adds} adds/s, median of the conversations;
+{refused} turns refused). Every question with evidence ({count["1-4"]} of categories 1-4,
+{count["5"]} of category 5) is searched with each mode (limit {DEPTH}); evidence recall@k is
+the share of its evidence turns among the top k, averaged over the questions
+({searches} searches/s). Embedder: `{results["embedding_model"]}`, whose vector weight in
+hybrid fusion is {default_text}. BM25 runs on the same turns in this process (`bm25s`:
+Lucene scoring, k1 = 1.5, b = 0.75, its English stopwords and the Snowball stemmer; turns
+scoring 0 are not retrieved). A MiniLM baseline needs a local model, not available offline:
+skipped.
+
+| search | 1-4 @5 | 1-4 @10 | 1-4 @25 | 5 @5 | 5 @10 | 5 @25 |
+| --- | --- | --- | --- | --- | --- | --- |
+{chr(10).join(rows)}
+
+Hybrid with `weights` `{{"lexical": 1, "vector": w}}` (w = 0 is lexical alone; "passes":
+recall at every k at least lexical's):
+
+| w | 1-4 @5 | 1-4 @10 | 1-4 @25 | 1-4 passes | 5 @5 | 5 @10 | 5 @25 | 5 passes |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+{chr(10).join(sweep)}
+
+| target | met |
+| --- | --- |
+{chr(10).join(targets)}
+"""
+
+
+def _scale_report(results: dict) -> str:
+    rows, loads, recalls, efs = [], [], [], []
+    for phase in results["phases"]:
+        size = f"{phase['scope_rows']:,}"
+        for mode, figures in phase["latency_ms"].items():
+            rows.append(
+                f"| {size} | {mode} | {figures['p50']} | {figures['p95']} | "
+                f"{figures['mean_hits']} |"
+            )
+        load = phase["load"]
+        loads.append(
+            f"| {load['rows']:,} | {load['table_rows']:,} | {load['generate_embed_copy_s']} | "
+            f"{load['insert_s']} | {load['hnsw_build_s']} | {load['analyze_s']} | "
+            f"{load['total_s']} |"
+        )
+        hnsw = phase["hnsw"]
+        for kind, label in (("generated", "generated"), ("from_entries", "words of an entry")):
+            figures = hnsw[kind]
+            similarity = " / ".join(f"{v:.3f}" for v in figures["exact_similarity"].values())
+            recalls.append(
+                f"| {size} | {label} | {figures['recall_at_10']:.3f} (lowest {figures['min']}) "
+                f"| {figures['nearest_found']:.2f} | {figures['similarity_ratio']:.3f} | "
+                f"{similarity} | {_met(figures['recall_at_10'] >= 0.95)} |"
+            )
+        for point in hnsw["ef_search_sweep"]:
+            forced = point.get("forced_hnsw")
+            forced_cell = (
+                "= | ="
+                if forced is None
+                else f"{forced['recall_at_10']:.3f} | {forced['sql_ms']['p50']}"
+            )
+            efs.append(
+                f"| {size} | {point['ef_search']} | {point['plan']} | "
+                f"{point['recall_at_10']:.3f} | "
+                f"{point['sql_ms']['p50']} | {point['sql_ms']['p95']} | {forced_cell} |"
+            )
+    first = results["phases"][0]
+    return f"""### Search latency at scale
+
+One user's scope, beside {first["other_scopes"]} other scopes of
+{first["other_scope_rows"]:,} entries each, loaded directly with `COPY` as the service writes
+entries (`to_tsvector('{TS_CONFIG}', content)`, the hashing embedding computed in Python),
+with the HNSW index (m = 16, ef_construction = 64) dropped during each load and built again
+after. Text: 8-60 words drawn from a Zipf distribution over LoCoMo's vocabulary and a long
+tail of made-up words ({VOCABULARY:,} words); queries: 3-8 words of the same. Latency is the
+client's, through the API (limit 10, {results["queries"]} distinct queries per mode, after 3
+warm-up calls); the service's own time (`memory_search` log lines, `ms`) is not read here.
+
+| scope entries | mode | p50 ms | p95 ms | mean hits |
+| --- | --- | --- | --- | --- |
+{chr(10).join(rows)}
+
+Loads (seconds):
+
+| rows added | rows after | text, embedding, COPY | tsvector, write | HNSW build | ANALYZE | total |
+| --- | --- | --- | --- | --- | --- | --- |
+{chr(10).join(loads)}
+
+HNSW recall@10 of the API's vector search against the exact top 10 of the scope (index scans
+off; target >= 0.95), for {results["hnsw_queries"]} generated queries and for six consecutive
+words of as many of the scope's entries; with the share of queries whose nearest entry is
+among the 10, the mean cosine similarity of the 10 as a share of the exact 10's, and the exact
+similarity at ranks 1 / 10 / 11 / {EXACT_DEPTH} (how far apart the neighbours are):
+
+| scope entries | queries | recall@10 | nearest found | similarity ratio | exact similarity | met |
+| --- | --- | --- | --- | --- | --- | --- |
+{chr(10).join(recalls)}
+
+The same vector query in SQL, with the service's settings (iterative scan, relaxed order, up
+to {MAX_SCAN_TUPLES:,} tuples) but other `hnsw.ef_search` values (the API's for limit 10:
+{API_EF_SEARCH}); the plan PostgreSQL chose ("exact": the scope's rows sorted by
+distance), recall@10 against the exact top 10, and the statement's time; where the planner
+chose the exact plan, also the HNSW index forced (`enable_sort = off`; "=": the plan was
+HNSW already):
+
+| scope entries | ef_search | plan | recall@10 | p50 ms | p95 ms | HNSW forced: recall@10 | p50 ms |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+{chr(10).join(efs)}
+"""
+
+
+def report(results: dict) -> str:
+    """The section of BENCHMARKS.md."""
+    parts = ["## Memory search\n"]
+    if "locomo" in results:
+        parts.append(_locomo_report(results["locomo"]))
+    if "scale" in results:
+        parts.append(_scale_report(results["scale"]))
+    return "\n".join(parts)
+
+
+def main() -> None:
+    from bench.__main__ import WEB_THREADS, WEB_WORKERS, Api
+    from ctxadmin import stack
+    from ctxadmin.testing.service import ServiceProcess
+
+    parser = argparse.ArgumentParser(description="ctxadmin memory search benchmark")
+    parser.add_argument("--big", type=int, default=100_000)
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--others", type=int, default=9)
+    parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--skip-locomo", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true")
+    args = parser.parse_args()
+    if not 0 < args.small <= args.big:
+        parser.error("--small must be from 1 to --big")
+
+    var = stack.var_dir() / "bench-memory"
+    shutil.rmtree(var, ignore_errors=True)  # a fresh database: sizes are exact
+    service = ServiceProcess(
+        var,
+        stack.free_port(),
+        var / "service.log",
+        extra_env={
+            "CTXADMIN_WEB_WORKERS": str(WEB_WORKERS),
+            "CTXADMIN_WEB_THREADS": str(WEB_THREADS),
+            "CTXADMIN_WORKER_CONCURRENCY": "1",
+        },
+    )
+    try:
+        service.wait_up()
+        app = f"bench-memory-{datetime.now(UTC):%Y%m%d%H%M%S}"
+        service.manage("create_app", app)
+        key = service.manage("create_api_key", "--app", app, "--scopes", "memory").strip()
+        api = Api(service.base_url, key, app)
+        results = measure(
+            service,
+            api,
+            big=args.big,
+            small=args.small,
+            others=args.others,
+            queries=args.queries,
+            skip_locomo=args.skip_locomo,
+            skip_scale=args.skip_scale,
+        )
+    finally:
+        _code, alive = service.stop()
+        for process in alive:
+            process.kill()
+    print(json.dumps(results, indent=2))
+    print(report(results))
+
+
+if __name__ == "__main__":
+    main()
