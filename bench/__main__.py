@@ -464,18 +464,9 @@ build uses `{{"budgets": {{"max_tokens": 32000}}, "overflow": "truncate"}}` and 
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="ctxadmin benchmarks")
-    parser.add_argument("--events", type=int, default=2000)
-    parser.add_argument("--big-events", type=int, default=10000)
-    parser.add_argument("--sessions", type=int, default=100000)
-    parser.add_argument("--skip-peer", action="store_true")
-    parser.add_argument("--memory-big", type=int, default=100000)
-    parser.add_argument("--memory-small", type=int, default=10000)
-    args = parser.parse_args()
-    args.raw = sys.argv[1:]
-
-    var = stack.var_dir() / "bench"
+def bench_service(var: Path) -> ServiceProcess:
+    """The whole stack as ``make run`` runs it (its web workers and threads), started in
+    ``var`` and up."""
     service = ServiceProcess(
         var,
         stack.free_port(),
@@ -488,12 +479,34 @@ def main() -> None:
     )
     try:
         service.wait_up()
-        app = f"bench-{datetime.now(UTC):%Y%m%d%H%M%S}"
-        service.manage("create_app", app)
-        key = service.manage(
-            "create_api_key", "--app", app, "--scopes", "sessions", "memory"
-        ).strip()
-        api = Api(service.base_url, key, app)
+    except BaseException:
+        service.stop()
+        raise
+    return service
+
+
+def bench_client(service: ServiceProcess, prefix: str, *scopes: str) -> Api:
+    """A new app of this run, and a client holding a key with ``scopes``."""
+    app = f"{prefix}-{datetime.now(UTC):%Y%m%d%H%M%S}"
+    service.manage("create_app", app)
+    key = service.manage("create_api_key", "--app", app, "--scopes", *scopes).strip()
+    return Api(service.base_url, key, app)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="ctxadmin benchmarks")
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--big-events", type=int, default=10000)
+    parser.add_argument("--sessions", type=int, default=100000)
+    parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--memory-big", type=int, default=100000)
+    parser.add_argument("--memory-small", type=int, default=10000)
+    args = parser.parse_args()
+    args.raw = sys.argv[1:]
+
+    service = bench_service(stack.var_dir() / "bench")
+    try:
+        api = bench_client(service, "bench", "sessions", "memory")
         print("measuring ctxadmin …", flush=True)
         ours = measure_ctxadmin(service, api, args)
         print(json.dumps(ours, indent=2), flush=True)

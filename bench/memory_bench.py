@@ -40,7 +40,6 @@ import shutil
 import statistics
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from functools import lru_cache
 
 import psycopg
@@ -764,9 +763,8 @@ def report(results: dict) -> str:
 
 
 def main() -> None:
-    from bench.__main__ import WEB_THREADS, WEB_WORKERS, Api
+    from bench.__main__ import bench_client, bench_service
     from ctxadmin import stack
-    from ctxadmin.testing.service import ServiceProcess
 
     parser = argparse.ArgumentParser(description="ctxadmin memory search benchmark")
     parser.add_argument("--big", type=int, default=100_000)
@@ -781,22 +779,9 @@ def main() -> None:
 
     var = stack.var_dir() / "bench-memory"
     shutil.rmtree(var, ignore_errors=True)  # a fresh database: sizes are exact
-    service = ServiceProcess(
-        var,
-        stack.free_port(),
-        var / "service.log",
-        extra_env={
-            "CTXADMIN_WEB_WORKERS": str(WEB_WORKERS),
-            "CTXADMIN_WEB_THREADS": str(WEB_THREADS),
-            "CTXADMIN_WORKER_CONCURRENCY": "1",
-        },
-    )
+    service = bench_service(var)
     try:
-        service.wait_up()
-        app = f"bench-memory-{datetime.now(UTC):%Y%m%d%H%M%S}"
-        service.manage("create_app", app)
-        key = service.manage("create_api_key", "--app", app, "--scopes", "memory").strip()
-        api = Api(service.base_url, key, app)
+        api = bench_client(service, "bench-memory", "memory")
         results = measure(
             service,
             api,
