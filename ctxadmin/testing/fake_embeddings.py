@@ -27,7 +27,6 @@ import math
 import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from ctxadmin.providers.base import ProviderKind
 from ctxadmin.testing.fake_providers import FakeProvider, RecordedRequest, Reply
@@ -135,50 +134,15 @@ class FakeEmbeddings(FakeProvider):
 
         return Reply(200, body, delay_s=delay_s)
 
-    def _next_reply(self, request: RecordedRequest) -> Reply:
-        with self._lock:
-            if self._replies:
-                return self._replies.popleft()
-        if self.responder is not None:
-            return self.responder(request)
+    def default_reply(self) -> Reply:
         return self.success()
 
     # ------------------------------------------------------------------ serving
 
-    def _handle(self, handler: Any) -> None:
-        length = handler.headers.get("content-length")
-        body = handler.rfile.read(int(length)) if length and length.isdigit() else b""
-        parts = urlsplit(handler.path)
-        headers = {key.lower(): value for key, value in handler.headers.items()}
-        problems = tuple(
-            check_embedding_request(self.kind, handler.command, parts.path, headers, body)
-        )
-        request = RecordedRequest(handler.command, parts.path, parts.query, headers, body, problems)
-        with self._lock:
-            self._requests.append(request)
-        refused = self._refuse_key(headers)
-        if refused is not None:
-            reply = refused
-        elif problems:
-            reply = self.error(
-                400, "fake embedding server refused the request: " + "; ".join(problems)
-            )
-        else:
-            reply = self._next_reply(request)
-        if reply.delay_s and self._stopping.wait(reply.delay_s):
-            return
-        payload = reply.body(request) if callable(reply.body) else reply.body
-        try:
-            handler.send_response(reply.status)
-            handler.send_header("content-type", reply.content_type)
-            if reply.send_length:
-                handler.send_header("content-length", str(len(payload)))
-            for name, value in reply.headers.items():
-                handler.send_header(name, value)
-            handler.end_headers()
-            handler.wfile.write(payload)
-        except ConnectionError:
-            pass  # the client gave up (deadline, size cap): nothing left to answer
+    refusal = "fake embedding server refused the request: "
+
+    def check(self, method: str, path: str, headers: dict[str, str], body: bytes) -> list[str]:
+        return list(check_embedding_request(self.kind, method, path, headers, body))
 
 
 # --------------------------------------------------------------------------- request checks

@@ -180,6 +180,10 @@ class FakeProvider:
                 return self._replies.popleft()
         if self.responder is not None:
             return self.responder(request)
+        return self.default_reply()
+
+    def default_reply(self) -> Reply:
+        """The answer when nothing is scripted and no responder is set."""
         return self.success(DEFAULT_TEXT)
 
     # ------------------------------------------------------------------ replies
@@ -275,12 +279,19 @@ class FakeProvider:
 
     # ------------------------------------------------------------------ serving
 
+    #: How a refused request's error message begins.
+    refusal = "fake provider refused the request: "
+
+    def check(self, method: str, path: str, headers: dict[str, str], body: bytes) -> list[str]:
+        """What the real API would refuse in this request (empty: nothing)."""
+        return check_request(self.kind, method, path, headers, body)
+
     def _handle(self, handler: _Handler) -> None:
         length = handler.headers.get("content-length")
         body = handler.rfile.read(int(length)) if length and length.isdigit() else b""
         parts = urlsplit(handler.path)
         headers = {key.lower(): value for key, value in handler.headers.items()}
-        problems = tuple(check_request(self.kind, handler.command, parts.path, headers, body))
+        problems = tuple(self.check(handler.command, parts.path, headers, body))
         request = RecordedRequest(handler.command, parts.path, parts.query, headers, body, problems)
         with self._lock:
             self._requests.append(request)
@@ -288,7 +299,7 @@ class FakeProvider:
         if refused is not None:
             reply = refused
         elif problems:
-            reply = self.error(400, "fake provider refused the request: " + "; ".join(problems))
+            reply = self.error(400, self.refusal + "; ".join(problems))
         else:
             reply = self._next_reply(request)
         if reply.delay_s and self._stopping.wait(reply.delay_s):
