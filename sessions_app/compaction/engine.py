@@ -40,8 +40,6 @@ from sessions_app.compaction.summary import (
     validate_summary,
 )
 
-# Function calls that wait on the user, not on a tool (ADK): open until answered.
-PENDING_REQUEST_NAMES = frozenset({"adk_request_confirmation", "adk_request_credential"})
 SUMMARY_AUTHOR = "ctxadmin.summary"
 
 
