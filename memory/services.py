@@ -44,6 +44,9 @@ RRF_K = 60
 # How far an iterative HNSW scan may go to fill a small scope's results: pgvector's defaults
 # (20,000 tuples, 1 x work_mem) stop short when a scope is a sliver of a large table.
 MAX_SCAN_TUPLES = 100_000
+# Up to this many entries in a scope, vector search is exact (a scan of the scope's rows is
+# cheaper than an approximate index walk through everyone else's, and finds all of them).
+EXACT_SEARCH_MAX = 20_000
 # Reads see live entries only: an entry past its ``expires_at`` vanishes at once (the purge
 # task deletes it later).
 LIVE = "(expires_at IS NULL OR expires_at > now())"
@@ -539,6 +542,22 @@ def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[
             exc.code, "The embedder could not embed the query.", status_code=502
         ) from None
     text = _vector_text(vector)
+    if _scope_is_small(app, user_id):
+        # Exact: the distance expression (``+ 0``) is one no index orders by, so the scope's
+        # own index finds its rows and every one of them is ranked.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                SELECT id::text, 1 - (embedding <=> %s::vector) AS score
+                  FROM memory_memoryentry
+                 WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL AND {LIVE}
+                   AND ({request.filter_sql})
+                 ORDER BY (embedding <=> %s::vector) + 0
+                 LIMIT %s
+                """,  # noqa: S608 - the filter is compiled with placeholders only
+                [text, app.pk, user_id, *request.filter_params, text, depth],
+            )
+            return cursor.fetchall()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
@@ -557,6 +576,18 @@ def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[
         )
         rows = cursor.fetchall()
     return sorted(rows, key=lambda row: -row[1])  # relaxed order: exact order by score
+
+
+def _scope_is_small(app: App, user_id: str) -> bool:
+    """Whether exact search is cheap here: at most ``EXACT_SEARCH_MAX`` entries in the scope
+    (counted on the scope's index, stopping past the bound)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM memory_memoryentry "
+            "WHERE app_id = %s AND user_id = %s LIMIT %s) scope",
+            [app.pk, user_id, EXACT_SEARCH_MAX + 1],
+        )
+        return cursor.fetchone()[0] <= EXACT_SEARCH_MAX
 
 
 def fusion_weights(request: SearchRequest) -> dict[str, float]:

@@ -237,7 +237,8 @@ class TestSearch:
 @pytest.mark.django_db
 def test_a_small_scope_in_a_large_table_gets_all_its_vector_results(api, owner):
     """20 entries of one user among 50,000 of others, all of them nearer to the query than
-    any of the 20: iterative index scans still reach all 20."""
+    any of the 20, with the HNSW index the planner's choice for such a query: all 20 are
+    still found (a scope this small is searched exactly)."""
     from memory.embeddings import HashingEmbedder
 
     query_vector = HashingEmbedder(384).vector("gardening and tomatoes")
