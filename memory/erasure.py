@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.canonical import fingerprint
 from ctxadmin.models import App
 from memory.governance import invalid, refuse_if_held, scope_fingerprint
@@ -253,11 +253,7 @@ def erase_session(app: App, user_id: str, session_id: str, key_prefix: str) -> d
 
 def parse_user_confirmation(body: Any, user_id: str) -> None:
     """``{"confirm": "erase user <user_id>"}``, exactly."""
-    if not isinstance(body, dict):
-        raise invalid("body", "must be a JSON object")
-    unknown = sorted(set(body) - ERASE_USER_KEYS)
-    if unknown:
-        raise invalid(unknown[0], "unknown field")
+    strict_object(body, ERASE_USER_KEYS)
     expected = f"erase user {user_id}"
     if body.get("confirm") != expected:
         raise invalid("confirm", f"must be exactly {expected!r} to erase this user's memory")

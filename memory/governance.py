@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.canonical import fingerprint
 from ctxadmin.models import App
 from memory.models import Consent, LegalHold, MemoryPolicy
@@ -71,11 +71,7 @@ def _positive(body: dict, name: str, maximum: int) -> int | None:
 
 def parse_policy(body: Any) -> Policy:
     """A whole policy (PUT replaces it; a field left out takes its default)."""
-    if not isinstance(body, dict):
-        raise invalid("body", "must be a JSON object")
-    unknown = sorted(set(body) - set(POLICY_KEYS))
-    if unknown:
-        raise invalid(unknown[0], "unknown field")
+    strict_object(body, set(POLICY_KEYS))
     flags = {}
     for name in ("consent_required", "legal_hold"):
         value = body.get(name, False)
@@ -216,11 +212,7 @@ def consent_state(app: App, user_id: str) -> dict:
 
 
 def set_consent(app: App, user_id: str, body: Any, key_prefix: str) -> dict:
-    if not isinstance(body, dict):
-        raise invalid("body", "must be a JSON object")
-    unknown = sorted(set(body) - CONSENT_KEYS)
-    if unknown:
-        raise invalid(unknown[0], "unknown field")
+    strict_object(body, CONSENT_KEYS)
     granted = body.get("granted")
     if not isinstance(granted, bool):
         raise invalid("granted", "must be true or false")

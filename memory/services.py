@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object
 from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.models import App
 from ctxadmin.pruning import is_secret_key, looks_like_secret
@@ -52,14 +52,6 @@ EXACT_SEARCH_MAX = 20_000
 LIVE = "(expires_at IS NULL OR expires_at > now())"
 
 
-def invalid(path: str, message: str) -> ApiError:
-    return ApiError("validation_error", f"{path}: {message}", details={"field": path})
-
-
-def not_found() -> ApiError:
-    return ApiError("not_found", "Not found.", status_code=404)
-
-
 # ----------------------------------------------------------------------------- adding
 
 
@@ -90,11 +82,7 @@ def redact_metadata(value: Any) -> Any:
 
 
 def parse_new_memory(body: Any) -> NewMemory:
-    if not isinstance(body, dict):
-        raise invalid("body", "must be a JSON object")
-    unknown = sorted(set(body) - ADD_KEYS)
-    if unknown:
-        raise invalid(unknown[0], "unknown field")
+    strict_object(body, ADD_KEYS)
     content = body.get("content")
     if not isinstance(content, str) or not content.strip():
         raise invalid("content", "must be a non-empty string")
@@ -444,11 +432,7 @@ class SearchRequest:
 
 
 def parse_search(body: Any) -> SearchRequest:
-    if not isinstance(body, dict):
-        raise invalid("body", "must be a JSON object")
-    unknown = sorted(set(body) - SEARCH_KEYS)
-    if unknown:
-        raise invalid(unknown[0], "unknown field")
+    strict_object(body, SEARCH_KEYS)
     query = body.get("query")
     if not isinstance(query, str) or not query.strip():
         raise invalid("query", "must be a non-empty string")

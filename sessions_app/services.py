@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.api.errors import ApiError, invalid, not_found
 from ctxadmin.canonical import canonical_size
 from ctxadmin.models import App
 from sessions_app import state as scopes
@@ -34,14 +34,6 @@ def event_limits() -> EventLimits:
         max_parts=settings.CTXADMIN_MAX_EVENT_PARTS,
         max_inline_data_bytes=settings.CTXADMIN_MAX_INLINE_DATA_BYTES,
     )
-
-
-def invalid(path: str, message: str) -> ApiError:
-    return ApiError("validation_error", f"{path}: {message}", details={"field": path})
-
-
-def not_found() -> ApiError:
-    return ApiError("not_found", "Not found.", status_code=404)
 
 
 def _check_state_size(state: dict, path: str) -> None:

@@ -44,6 +44,26 @@ class ApiError(exceptions.APIException):
         self.headers = headers or {}
 
 
+def invalid(path: str, message: str) -> ApiError:
+    """A 400 ``validation_error`` naming the offending field in ``details.field``."""
+    return ApiError("validation_error", f"{path}: {message}", details={"field": path})
+
+
+def not_found() -> ApiError:
+    return ApiError("not_found", "Not found.", status_code=404)
+
+
+def strict_object(body: Any, allowed: frozenset[str] | set[str]) -> dict:
+    """``body`` if it is a JSON object with no key outside ``allowed``; else 400 naming the
+    first unknown key (or ``body``)."""
+    if not isinstance(body, dict):
+        raise invalid("body", "must be a JSON object")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise invalid(unknown[0], "unknown field")
+    return body
+
+
 def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> dict:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
+from ctxadmin.api.errors import strict_object
 from ctxadmin.api.paths import path_segment_error
 from memory import ingest, services
 from memory.api.views import JSON, MemoryScopedView
@@ -22,11 +23,7 @@ class MemoryEventsView(MemoryScopedView):
     )
     def post(self, request, app, user):
         body = request.data
-        if not isinstance(body, dict):
-            raise services.invalid("body", "must be a JSON object")
-        unknown = sorted(set(body) - {"session_id", "events"})
-        if unknown:
-            raise services.invalid(unknown[0], "unknown field")
+        strict_object(body, {"session_id", "events"})
         session_id = body.get("session_id")
         if not isinstance(session_id, str) or path_segment_error("sid", session_id):
             raise services.invalid("session_id", "must be a session id")

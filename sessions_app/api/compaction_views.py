@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.models import SCOPE_SESSIONS
@@ -124,11 +124,7 @@ class SessionCompactionPolicyView(SessionsScopedView):
 def parse_manual_request(body) -> services.ManualRequest:
     if body is None:
         body = {}
-    if not isinstance(body, dict):
-        raise invalid("body", "must be a JSON object")
-    unknown = sorted(set(body) - REQUEST_KEYS)
-    if unknown:
-        raise invalid(unknown[0], "unknown field")
+    strict_object(body, REQUEST_KEYS)
     raw_id = body.get("compaction_id")
     if raw_id is None:
         checkpoint_id = uuid.uuid4()

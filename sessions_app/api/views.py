@@ -11,7 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.views import AppScopedView
@@ -141,11 +141,7 @@ class SessionListView(SessionsScopedView):
     )
     def post(self, request, app, user):
         body = request.data
-        if not isinstance(body, dict):
-            raise services.invalid("body", "must be a JSON object")
-        unknown = sorted(set(body) - {"session_id", "state"})
-        if unknown:
-            raise services.invalid(unknown[0], "unknown field")
+        strict_object(body, {"session_id", "state"})
         session_id = body.get("session_id")
         if session_id is not None:
             if not isinstance(session_id, str) or path_segment_error("sid", session_id):
@@ -286,11 +282,7 @@ class EventListView(SessionsScopedView):
     )
     def post(self, request, app, user, sid):
         body = request.data
-        if not isinstance(body, dict):
-            raise services.invalid("body", "must be a JSON object")
-        unknown = sorted(set(body) - {"event", "events", "expected_revision"})
-        if unknown:
-            raise services.invalid(unknown[0], "unknown field")
+        strict_object(body, {"event", "events", "expected_revision"})
         if ("event" in body) == ("events" in body):
             raise services.invalid("events", "send exactly one of 'event' or 'events'")
         if "event" in body:

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.canonical import canonical_json, canonical_size
 from sessions_app import telemetry
 from sessions_app.compaction import services as compaction
@@ -99,11 +99,7 @@ def _memory_retrieval(value: Any) -> MemoryRetrieval:
 
 def parse_request(body: Any) -> ContextRequest:
     """Everything is validated before any event is read."""
-    if not isinstance(body, dict):
-        raise invalid("body", "must be a JSON object")
-    unknown = sorted(set(body) - REQUEST_KEYS)
-    if unknown:
-        raise invalid(unknown[0], "unknown field")
+    strict_object(body, REQUEST_KEYS)
     if "current_input" not in body:
         raise invalid("current_input", "is required")
     try:
@@ -227,7 +223,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
                 status_code=422,
                 details={
                     "compaction_id": compaction_id,
-            "memory_hits": len(parts["memory"]),
+                    "memory_hits": len(parts["memory"]),
                     "reason": checkpoint.reason,
                     "measured_bytes": overflow.measured_bytes,
                     "limit_bytes": overflow.limit_bytes,
