@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxadmin.providers.base import ProviderKind
-from ctxadmin.testing.fake_providers import FakeProvider, RecordedRequest, Reply
+from ctxadmin.testing.fake_providers import FakeProvider, RecordedRequest, Reply, json_post
 
 EMBEDDING_KINDS: frozenset[str] = frozenset({"openai_compatible", "gemini"})
 DEFAULT_DIMENSION = 8
@@ -171,17 +171,9 @@ def check_embedding_request(
     """Where a request departs from what the real embedding API accepts (empty when it
     conforms). Keys are not checked here: the server answers a wrong key as the provider
     does."""
-    problems: list[str] = []
-    if method != "POST":
-        problems.append(f"method {method} (expected POST)")
-    if not headers.get("content-type", "").startswith("application/json"):
-        problems.append("content-type is not application/json")
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return [*problems, "body is not JSON"]
-    if not isinstance(parsed, dict):
-        return [*problems, "body is not a JSON object"]
+    parsed, problems = json_post(method, headers, body)
+    if parsed is None:
+        return problems
     if kind == "gemini":
         _check_gemini(path, headers, parsed, problems)
     else:

@@ -498,14 +498,9 @@ _ANTHROPIC_BODY = {
 }
 
 
-def check_request(
-    kind: str, method: str, path: str, headers: dict[str, str], body: bytes
-) -> list[str]:
-    """Where a request departs from what the real API accepts (empty when it conforms).
-
-    Keys are not checked here: a wrong key is not a format problem, and the server answers
-    it the way the provider does (see ``FakeProvider._refuse_key``).
-    """
+def json_post(method: str, headers: dict[str, str], body: bytes) -> tuple[dict | None, list[str]]:
+    """(the JSON object body, or None when there is none, and the problems so far) of a
+    request every provider API takes as a JSON ``POST``."""
     problems: list[str] = []
     if method != "POST":
         problems.append(f"method {method} (expected POST)")
@@ -514,9 +509,23 @@ def check_request(
     try:
         parsed = json.loads(body)
     except ValueError:
-        return [*problems, "body is not JSON"]
+        return None, [*problems, "body is not JSON"]
     if not isinstance(parsed, dict):
-        return [*problems, "body is not a JSON object"]
+        return None, [*problems, "body is not a JSON object"]
+    return parsed, problems
+
+
+def check_request(
+    kind: str, method: str, path: str, headers: dict[str, str], body: bytes
+) -> list[str]:
+    """Where a request departs from what the real API accepts (empty when it conforms).
+
+    Keys are not checked here: a wrong key is not a format problem, and the server answers
+    it the way the provider does (see ``FakeProvider._refuse_key``).
+    """
+    parsed, problems = json_post(method, headers, body)
+    if parsed is None:
+        return problems
     checks = {"gemini": _check_gemini, "openai_compatible": _check_openai}
     checks.get(kind, _check_anthropic)(path, headers, parsed, problems)
     return problems
