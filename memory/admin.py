@@ -1,0 +1,267 @@
+from __future__ import annotations
+
+import uuid
+
+from django.contrib import admin
+from django.core.exceptions import ImproperlyConfigured
+from django.core.paginator import Paginator
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.utils.functional import cached_property
+
+from memory.embeddings import embedder_from_settings
+from memory.governance import scope_fingerprint
+from memory.models import (
+    Consent,
+    ErasureEpoch,
+    ErasureReceipt,
+    LegalHold,
+    MemoryEntry,
+    MemoryPolicy,
+)
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most ``cap`` rows (a LIMITed subquery), so no page of a table of millions
+    costs a full count; beyond the cap the list ends and reads "more than" the cap."""
+
+    cap = 10_000
+
+    @cached_property
+    def counted(self) -> int:
+        return self.object_list[: self.cap + 1].count()
+
+    @cached_property
+    def count(self) -> int:
+        return min(self.counted, self.cap)
+
+    @property
+    def capped(self) -> bool:
+        return self.counted > self.cap
+
+
+class _ReadOnly(admin.ModelAdmin):
+    """Memory rows change only through the API's services (validation, retention, holds,
+    receipts): operators look, never add, edit or delete."""
+
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    # Every sortable column but the default ordering would be a sort of the whole table.
+    sortable_by = ()
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class EmbeddedFilter(admin.SimpleListFilter):
+    title = "embedded"
+    parameter_name = "embedded"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "yes"), ("no", "no")]
+
+    def queryset(self, request, queryset):
+        if self.value() in ("yes", "no"):
+            return queryset.filter(embedding__isnull=self.value() == "no")
+        return queryset
+
+
+class EmbeddingModelFilter(admin.SimpleListFilter):
+    """The configured embedder's vectors or another model's (what ``reembed`` redoes):
+    listing the distinct model names would scan the whole table."""
+
+    title = "embedding model"
+    parameter_name = "embedding_model"
+
+    @staticmethod
+    def _configured() -> str | None:
+        try:
+            return embedder_from_settings().name
+        except ImproperlyConfigured:
+            return None
+
+    def lookups(self, request, model_admin):
+        name = self._configured()
+        return [] if name is None else [("configured", f"{name} (configured)"), ("other", "other")]
+
+    def queryset(self, request, queryset):
+        name = self._configured() if self.value() in ("configured", "other") else None
+        if name is None:
+            return queryset
+        if self.value() == "configured":
+            return queryset.filter(embedding_model=name)
+        return queryset.filter(embedding__isnull=False).exclude(embedding_model=name)
+
+
+@admin.register(MemoryEntry)
+class MemoryEntryAdmin(_ReadOnly):
+    """Memories by their ids and numbers: never the content, its lexical index or vector,
+    the metadata or the client's idempotency key (none of them is even read)."""
+
+    list_display = [
+        "id",
+        "app",
+        "user_id",
+        "content_bytes",
+        "embedding_model",
+        "embedded",
+        "created_at",
+        "expires_at",
+        "retain_until",
+    ]
+    list_select_related = ["app"]
+    list_filter = ["app", EmbeddedFilter, EmbeddingModelFilter]
+    # The primary key is the one index that serves an unfiltered ORDER BY … LIMIT here.
+    ordering = ["id"]
+    search_fields = ["id"]
+    search_help_text = "A memory's id."
+    fields = [
+        "id",
+        "app",
+        "user_id",
+        "scope",
+        "content_bytes",
+        "content_sha256",
+        "embedding_model",
+        "embedded",
+        "session_id",
+        "event_id",
+        "source_timestamp",
+        "created_at",
+        "updated_at",
+        "expires_at",
+        "retain_until",
+    ]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .only(
+                "id",
+                "app",
+                "user_id",
+                "content_bytes",
+                "content_sha256",
+                "embedding_model",
+                "session_id",
+                "event_id",
+                "source_timestamp",
+                "created_at",
+                "updated_at",
+                "expires_at",
+                "retain_until",
+            )
+            .annotate(
+                _embedded=ExpressionWrapper(Q(embedding__isnull=False), output_field=BooleanField())
+            )
+        )
+
+    def get_search_results(self, request, queryset, search_term):
+        # An exact id only: nothing a client wrote is searchable here.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(pk=uuid.UUID(term)), False
+        except ValueError:
+            return queryset.none(), False
+
+    @admin.display(description="embedded", boolean=True)
+    def embedded(self, obj):
+        return obj._embedded
+
+    @admin.display(description="scope fingerprint")
+    def scope(self, obj):
+        # What erasure epochs and receipts name this (app, user) scope by.
+        return scope_fingerprint(obj.app_id, obj.user_id)
+
+
+@admin.register(MemoryPolicy)
+class MemoryPolicyAdmin(_ReadOnly):
+    """Apps' memory governance (set through the API, where it is validated)."""
+
+    list_display = [
+        "app",
+        "consent_required",
+        "default_ttl_seconds",
+        "retention_days",
+        "legal_hold",
+        "updated_at",
+        "updated_by",
+    ]
+    list_select_related = ["app"]
+    ordering = ["app__name"]
+    fields = list_display
+    readonly_fields = fields
+
+
+@admin.register(Consent)
+class ConsentAdmin(_ReadOnly):
+    list_display = ["id", "app", "user_id", "granted", "updated_at", "updated_by"]
+    list_select_related = ["app"]
+    list_filter = ["app"]
+    ordering = ["-id"]
+    fields = list_display
+    readonly_fields = fields
+
+
+@admin.register(LegalHold)
+class LegalHoldAdmin(_ReadOnly):
+    list_display = ["id", "app", "user_id", "created_at", "created_by"]
+    list_select_related = ["app"]
+    list_filter = ["app"]
+    ordering = ["-id"]
+    fields = list_display
+    readonly_fields = fields
+
+
+@admin.register(ErasureEpoch)
+class ErasureEpochAdmin(_ReadOnly):
+    list_display = ["id", "app", "scope_fingerprint", "epoch", "updated_at"]
+    list_select_related = ["app"]
+    list_filter = ["app"]
+    ordering = ["-id"]
+    search_fields = ["scope_fingerprint__exact"]
+    search_help_text = "A scope fingerprint (a memory's page shows its scope's)."
+    fields = list_display
+    readonly_fields = fields
+
+
+@admin.register(ErasureReceipt)
+class ErasureReceiptAdmin(_ReadOnly):
+    """Content-free records of erasures: which key, which scope (a fingerprint), how many."""
+
+    list_display = [
+        "id",
+        "app",
+        "kind",
+        "scope_fingerprint",
+        "erased_by",
+        "erasure_epoch",
+        "created_at",
+    ]
+    list_select_related = ["app"]
+    list_filter = ["app", "kind"]
+    ordering = ["-created_at", "-id"]
+    search_fields = ["scope_fingerprint__exact", "target_fingerprint__exact"]
+    search_help_text = "A scope or target fingerprint."
+    fields = [
+        "id",
+        "app",
+        "kind",
+        "scope_fingerprint",
+        "target_fingerprint",
+        "erased_by",
+        "counts",
+        "erasure_epoch",
+        "created_at",
+    ]
+    readonly_fields = fields
