@@ -45,6 +45,7 @@ class MemoryEntry(models.Model):
     retain_until = models.DateTimeField(null=True)
 
     class Meta:
+        verbose_name_plural = "memory entries"
         constraints = [
             models.UniqueConstraint(
                 fields=["app", "user_id", "idempotency_key"],
@@ -83,6 +84,44 @@ class MemoryEntry(models.Model):
 
     def __str__(self) -> str:
         return f"memory {self.id}"
+
+
+class ScopeStats(models.Model):
+    """How many entries a scope holds and how many distinct lexemes their ``search`` vectors
+    hold in all: BM25's N and, divided, its average document length. Written only by the
+    database (statement triggers on ``memory_memoryentry``, migration 0003), in the
+    transaction that adds or removes the entries; a row is deleted when its scope is empty.
+    Counts entries whether or not they are live: an expired entry counts until it is purged."""
+
+    pk = models.CompositePrimaryKey("app_id", "user_id")
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user_id = models.CharField(max_length=128)
+    entries = models.BigIntegerField()
+    lexemes = models.BigIntegerField()
+
+    class Meta:
+        verbose_name_plural = "scope statistics"
+
+    def __str__(self) -> str:
+        return f"scope statistics of app {self.app_id}"
+
+
+class TermStats(models.Model):
+    """In how many of a scope's entries each lexeme occurs: BM25's document frequency, kept
+    by the same triggers as ``ScopeStats`` (a row is deleted when it reaches 0, so erasing a
+    scope's entries erases its lexemes too). Lexemes derive from content: never shown."""
+
+    pk = models.CompositePrimaryKey("app_id", "user_id", "lexeme")
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user_id = models.CharField(max_length=128)
+    lexeme = models.TextField()
+    entries = models.IntegerField()
+
+    class Meta:
+        verbose_name_plural = "term statistics"
+
+    def __str__(self) -> str:
+        return f"term statistics of app {self.app_id}"
 
 
 class MemoryPolicy(models.Model):

@@ -41,6 +41,16 @@ MAX_QUERY_BYTES = 4096
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}\Z")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 RRF_K = 60
+# BM25 (Lucene's formula, the parameters of the ``bm25s`` defaults); document length is the
+# number of distinct lexemes in the entry's ``search`` vector.
+BM25_K1 = 1.5
+BM25_B = 0.75
+# A query's rarest lexemes that are looked up (the rest of a very long query is ignored).
+MAX_QUERY_TERMS = 64
+# How many postings (entries holding a query lexeme) lexical search scores at most, unless
+# the query's rarest lexeme alone holds more: beyond it, candidates come from the rarer
+# lexemes only (see ``_lexical``).
+LEXICAL_MAX_CANDIDATES = 5_000
 # How far an iterative HNSW scan may go to fill a small scope's results: pgvector's defaults
 # (20,000 tuples, 1 x work_mem) stop short when a scope is a sliver of a large table.
 MAX_SCAN_TUPLES = 100_000
@@ -477,35 +487,135 @@ _HIT_COLUMNS = (
 )
 
 
-def _lexical(app: App, user_id: str, request: SearchRequest, depth: int) -> list[tuple]:
-    """Recall-oriented full-text search: any of the query's lexemes matches (a question
-    rarely shares every word with its answer); ranked by ``ts_rank`` with length
-    normalisation."""
+@dataclass(frozen=True)
+class _Term:
+    lexeme: str
+    df: int
+    idf: float
+
+
+def _query_terms(app: App, user_id: str, query: str) -> tuple[list[_Term], float]:
+    """The query's distinct lexemes that occur in the scope, with their BM25 idf, rarest
+    first (at most ``MAX_QUERY_TERMS``); and the scope's average document length."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT q.lexeme, t.entries, s.entries, s.lexemes
+              FROM unnest(to_tsvector(%s::regconfig, %s)) q
+              JOIN memory_scopestats s ON (s.app_id, s.user_id) = (%s, %s)
+              JOIN memory_termstats t ON (t.app_id, t.user_id, t.lexeme) = (%s, %s, q.lexeme)
+             ORDER BY t.entries, q.lexeme
+             LIMIT %s
+            """,
+            [
+                settings.CTXADMIN_MEMORY_TS_CONFIG,
+                query,
+                app.pk,
+                user_id,
+                app.pk,
+                user_id,
+                MAX_QUERY_TERMS,
+            ],
+        )
+        rows = cursor.fetchall()
+    if not rows:
+        return [], 1.0
+    entries, lexemes = rows[0][2], rows[0][3]
+    terms = [
+        _Term(lexeme, df, math.log(1 + (entries - df + 0.5) / (df + 0.5)))
+        for lexeme, df, _entries, _lexemes in rows
+    ]
+    return terms, max(lexemes / entries, 1.0)
+
+
+def _bm25(
+    app: App,
+    user_id: str,
+    request: SearchRequest,
+    terms: list[_Term],
+    avgdl: float,
+    matching: list[_Term],
+    depth: int,
+) -> list[tuple]:
+    """The top ``depth`` of the scope's live entries holding any of ``matching``, scored by
+    BM25 over all ``terms``."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            WITH q AS (
-                SELECT to_tsquery('simple', coalesce(
-                    (SELECT string_agg(quote_literal(lexeme), ' | ')
-                       FROM unnest(to_tsvector(%s::regconfig, %s))), '')) AS tsq
+            WITH weights AS (
+                SELECT * FROM unnest(%s::text[], %s::float8[]) AS w (lexeme, idf)
+            ), candidates AS MATERIALIZED (
+                SELECT id, created_at, search, length(search)::float8 AS dl
+                  FROM memory_memoryentry
+                 WHERE app_id = %s AND user_id = %s
+                   AND search @@ (SELECT string_agg(quote_literal(x), ' | ')
+                                    FROM unnest(%s::text[]) x)::tsquery
+                   AND {LIVE} AND ({request.filter_sql})
             )
-            SELECT id::text, ts_rank(search, q.tsq, 1) AS score
-              FROM memory_memoryentry, q
-             WHERE app_id = %s AND user_id = %s AND search @@ q.tsq AND {LIVE}
-               AND ({request.filter_sql})
-             ORDER BY score DESC, created_at DESC
+            SELECT c.id::text,
+                   sum(w.idf * (cardinality(u.positions) * (%s + 1.0))
+                       / (cardinality(u.positions) + %s * (1 - %s + %s * c.dl / %s))) AS score
+              FROM candidates c
+             CROSS JOIN LATERAL unnest(c.search) u
+              JOIN weights w ON w.lexeme = u.lexeme
+             GROUP BY c.id, c.created_at
+             ORDER BY score DESC, c.created_at DESC
              LIMIT %s
             """,  # noqa: S608 - the filter is compiled with placeholders only
             [
-                settings.CTXADMIN_MEMORY_TS_CONFIG,
-                request.query,
+                [term.lexeme for term in terms],
+                [term.idf for term in terms],
                 app.pk,
                 user_id,
+                [term.lexeme for term in matching],
                 *request.filter_params,
+                BM25_K1,
+                BM25_K1,
+                BM25_B,
+                BM25_B,
+                avgdl,
                 depth,
             ],
         )
         return cursor.fetchall()
+
+
+def _lexical(app: App, user_id: str, request: SearchRequest, depth: int) -> list[tuple]:
+    """Full-text search ranked by BM25 with the scope's own statistics.
+
+    Recall-oriented: an entry holding any of the query's lexemes is a candidate (a question
+    rarely shares every word with its answer), and rare lexemes weigh more than common ones.
+    Candidates are drawn from the rarest lexemes first, up to ``LEXICAL_MAX_CANDIDATES``
+    postings: the lexemes left out (the most common ones) still score the candidates that
+    hold them, but an entry holding only those is not considered. Each lexeme adds at most
+    ``idf * (k1 + 1)`` to a score, so when the left-out lexemes together could not lift an
+    entry past the last result, the ranking is still exact (logged as ``exact``).
+    """
+    terms, avgdl = _query_terms(app, user_id, request.query)
+    if not terms:
+        return []
+    matching, postings = terms[:1], terms[0].df
+    for term in terms[1:]:
+        if postings + term.df > LEXICAL_MAX_CANDIDATES:
+            break
+        matching.append(term)
+        postings += term.df
+    rows = _bm25(app, user_id, request, terms, avgdl, matching, depth)
+    left_out = terms[len(matching) :]
+    if left_out:
+        bound = sum(term.idf for term in left_out) * (BM25_K1 + 1)
+        floor = rows[-1][1] if len(rows) == depth else 0.0
+        logger.info(
+            "memory_lexical_bounded",
+            extra={
+                "app": app.pk,
+                "terms": len(terms),
+                "used": len(matching),
+                "postings": postings,
+                "exact": bound <= floor,
+            },
+        )
+    return rows
 
 
 def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[tuple]:
@@ -649,7 +759,7 @@ def _hits(app: App, user_id: str, ranked: list[tuple[str, float]], mode: str) ->
                 "id": entry_id,
                 "content": content,
                 "score": round(score, 6),
-                "score_type": {"lexical": "ts_rank", "vector": "cosine", "hybrid": "rrf"}[mode],
+                "score_type": {"lexical": "bm25", "vector": "cosine", "hybrid": "rrf"}[mode],
                 "timestamp": source_ts or created,
                 "metadata": decode(metadata),
                 "provenance": {

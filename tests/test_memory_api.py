@@ -195,7 +195,7 @@ class TestSearch:
     def test_lexical_is_recall_oriented(self, api, seeded):
         hits = search(api, query="When did Caroline go to the support group?", mode="lexical")
         assert hits["hits"][0]["id"] == seeded[0]["id"]
-        assert hits["hits"][0]["score_type"] == "ts_rank"
+        assert hits["hits"][0]["score_type"] == "bm25"
         assert {h["id"] for h in hits["hits"]} >= {seeded[0]["id"], seeded[2]["id"]}
 
     def test_vector_and_hybrid(self, api, seeded):

@@ -1,0 +1,204 @@
+"""Lexical memory search: BM25 with each scope's own statistics, and the statistics the
+database keeps for it through every way entries are added and removed."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from memory import services
+from memory.models import MemoryEntry
+from tests.conftest import make_tenant
+from tests.test_memory_api import add, search, url
+
+
+def recomputed() -> tuple[set, set]:
+    """The statistics as they follow from the entries now, and as the triggers kept them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT app_id, user_id, count(*), sum(length(search)) FROM memory_memoryentry "
+            "GROUP BY 1, 2"
+        )
+        scopes = set(cursor.fetchall())
+        cursor.execute("SELECT app_id, user_id, entries, lexemes FROM memory_scopestats")
+        kept_scopes = set(cursor.fetchall())
+        cursor.execute(
+            "SELECT m.app_id, m.user_id, u.lexeme, count(*) FROM memory_memoryentry m, "
+            "unnest(m.search) u GROUP BY 1, 2, 3"
+        )
+        terms = set(cursor.fetchall())
+        cursor.execute("SELECT app_id, user_id, lexeme, entries FROM memory_termstats")
+        kept_terms = set(cursor.fetchall())
+    return (scopes, terms), (kept_scopes, kept_terms)
+
+
+def assert_statistics_hold():
+    expected, kept = recomputed()
+    assert kept == expected
+
+
+@pytest.fixture
+def api(owner):
+    return owner.client()
+
+
+def ids(hits) -> list[str]:
+    return [hit["id"] for hit in hits["hits"]]
+
+
+@pytest.mark.django_db
+class TestRanking:
+    def test_a_rare_word_outweighs_a_common_one(self, api):
+        common = [add(api, content=f"Caroline talked about her day, part {n}.") for n in range(8)]
+        rare = add(api, content="Caroline mentioned the pottery class.")
+        hits = search(api, query="What did Caroline say about pottery?", mode="lexical")
+        assert ids(hits)[0] == rare["id"]
+        assert hits["hits"][0]["score_type"] == "bm25"
+        # Every entry holding a query word is found; the common word still ranks them.
+        assert set(ids(hits)) == {rare["id"], *(entry["id"] for entry in common)}
+        assert hits["hits"][0]["score"] > hits["hits"][1]["score"] > 0
+
+    def test_document_frequency_is_the_scope_s_own(self, api):
+        """Bob's many "garden" entries make the word common for Bob, not for Alice: for
+        Alice, "garden" is as rare as "violin", so the shorter entry wins."""
+        for n in range(30):
+            add(api, user="bob", content=f"garden notes {n}")
+        garden = add(api, content="garden")
+        violin = add(api, content="violin lessons on tuesday and friday evenings")
+        for n in range(5):
+            add(api, content=f"unrelated thought number {n}")
+        hits = search(api, query="garden violin", mode="lexical")
+        assert ids(hits) == [garden["id"], violin["id"]]
+        bob_hits = search(api, user="bob", query="garden violin", mode="lexical")
+        assert len(bob_hits["hits"]) == 10 and garden["id"] not in ids(bob_hits)
+
+    def test_shorter_entries_rank_first_for_the_same_words(self, api):
+        long = add(api, content="tennis " + " ".join(f"filler{n}" for n in range(40)))
+        short = add(api, content="tennis on sunday")
+        assert ids(search(api, query="tennis", mode="lexical")) == [short["id"], long["id"]]
+
+    def test_words_absent_from_the_scope_match_nothing(self, api):
+        add(api, content="a quiet afternoon")
+        assert search(api, query="xylophone zeppelin", mode="lexical")["hits"] == []
+        assert search(api, user="nobody", query="afternoon", mode="lexical")["hits"] == []
+
+    def test_filters_and_expiry_still_apply(self, api):
+        kept = add(api, content="swimming lessons", metadata={"kind": "hobby"})
+        add(api, content="swimming pool closed", metadata={"kind": "news"})
+        hits = search(api, query="swimming", mode="lexical", filter={"kind": "hobby"})
+        assert ids(hits) == [kept["id"]]
+
+    def test_bounded_candidates_come_from_the_rarest_words(self, api, monkeypatch, caplog):
+        """Past the bound, entries holding only the most common word are not scored; the
+        ranking is still exact when that word could not lift them into the results."""
+        rare = add(api, content="common words and a zebra")
+        for n in range(12):
+            add(api, content=f"common words {n}")
+        monkeypatch.setattr(services, "LEXICAL_MAX_CANDIDATES", 5)
+        with caplog.at_level(logging.INFO, logger="ctxadmin.memory"):
+            hits = search(api, query="zebra common", mode="lexical", limit=1)
+        assert ids(hits) == [rare["id"]]
+        bounded = [r for r in caplog.records if r.getMessage() == "memory_lexical_bounded"]
+        assert len(bounded) == 1
+        assert (bounded[0].terms, bounded[0].used, bounded[0].exact) == (2, 1, True)
+        # Asking for more than the rare word's entries: not provably exact, and only the
+        # candidates of the rare word are ranked.
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="ctxadmin.memory"):
+            hits = search(api, query="zebra common", mode="lexical", limit=5)
+        assert ids(hits) == [rare["id"]]
+        bounded = [r for r in caplog.records if r.getMessage() == "memory_lexical_bounded"]
+        assert bounded[0].exact is False
+
+
+@pytest.mark.django_db
+class TestStatistics:
+    def test_adds_and_every_kind_of_removal_keep_them(self, api):
+        from memory import tasks
+
+        for n in range(6):
+            add(api, content=f"walked the dog {n} times", provenance={"session_id": "s1"})
+        entry = add(api, content="the dog barked at the mailman")
+        add(api, user="bob", content="the dog sleeps")
+        add(api, content="walked the dog", idempotency_key="k")
+        add(api, status=200, content="walked the dog", idempotency_key="k")  # no change
+        assert_statistics_hold()
+        assert api.delete(f"{url()}/{entry['id']}").status_code == 204
+        assert_statistics_hold()
+        assert api.delete(f"{url()}?session_id=s1").status_code == 200
+        assert_statistics_hold()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE memory_memoryentry SET expires_at = now() - interval '1 second', "
+                "search = to_tsvector('english', 'rewritten words') WHERE user_id = 'bob'"
+            )
+        assert_statistics_hold()
+        assert tasks.purge_expired() == 1
+        assert_statistics_hold()
+
+    def test_user_erasure_leaves_no_lexeme_of_the_scope(self, api, owner):
+        add(api, content="my secret hobby is falconry")
+        add(api, user="bob", content="falconry is fun")
+        result = api.delete(url(), {"confirm": "erase user alice"}, format="json")
+        assert result.status_code == 200, result.content
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM memory_termstats WHERE app_id = %s AND user_id = 'alice'",
+                [owner.app.pk],
+            )
+            assert cursor.fetchone() == (0,)
+            cursor.execute(
+                "SELECT count(*) FROM memory_scopestats WHERE app_id = %s AND user_id = 'alice'",
+                [owner.app.pk],
+            )
+            assert cursor.fetchone() == (0,)
+        assert_statistics_hold()
+
+    def test_deleting_the_app_removes_them(self, owner):
+        add(owner.client(), content="a note")
+        owner.app.delete()
+        assert recomputed()[1] == (set(), set())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_adds_and_deletes_in_one_scope_keep_them_exact():
+    """Writers to one scope queue on its statistics row: no deadlock, no lost update."""
+    tenant = make_tenant("acme")
+    words = ["apple", "banana", "cherry", "damson", "elder", "fig", "grape", "hazel"]
+    client = tenant.client()
+    seed = [add(client, content=" ".join(words[n % 8 :] + words[: n % 8])) for n in range(8)]
+    barrier = threading.Barrier(8)
+    failures: list[str] = []
+
+    def work(number: int):
+        try:
+            client = tenant.client()
+            rng = random.Random(number)
+            barrier.wait()
+            for step in range(6):
+                picked = rng.sample(words, 4)
+                result = client.post(
+                    url(), {"content": f"{' '.join(picked)} {number} {step}"}, format="json"
+                )
+                if result.status_code != 201:
+                    failures.append(f"add {result.status_code}")
+            result = client.delete(f"{url()}/{seed[number]['id']}")
+            if result.status_code != 204:
+                failures.append(f"delete {result.status_code}")
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert_statistics_hold()
+    holding = MemoryEntry.objects.filter(content__contains="apple").count()
+    hits = search(tenant.client(), query="apple", mode="lexical", limit=100)
+    assert len(hits["hits"]) == holding > 0
