@@ -464,9 +464,9 @@ build uses `{{"budgets": {{"max_tokens": 32000}}, "overflow": "truncate"}}` and 
     )
 
 
-def bench_service(var: Path) -> ServiceProcess:
+def bench_service(var: Path, extra_env: dict[str, str] | None = None) -> ServiceProcess:
     """The whole stack as ``make run`` runs it (its web workers and threads), started in
-    ``var`` and up."""
+    ``var`` and up; ``extra_env``: settings of its own (``CTXADMIN_EMBEDDER``, …)."""
     service = ServiceProcess(
         var,
         stack.free_port(),
@@ -475,6 +475,7 @@ def bench_service(var: Path) -> ServiceProcess:
             "CTXADMIN_WEB_WORKERS": str(WEB_WORKERS),
             "CTXADMIN_WEB_THREADS": str(WEB_THREADS),
             "CTXADMIN_WORKER_CONCURRENCY": "1",
+            **(extra_env or {}),
         },
     )
     try:

@@ -14,7 +14,10 @@ A section of ``make bench``, or on its own (its own service in ``var/bench-memor
    BM25 (``bm25s``, Lucene scoring, its English stopwords and Snowball stemmer) over the same
    turns in this process. Hybrid search is also run with the ``weights``
    ``{"lexical": 1, "vector": w}`` for each w of ``SWEEP``, to check the embedder's fusion
-   weight.
+   weight. With the ``local`` extra installed, all of it is run again against a second
+   service started with ``CTXADMIN_EMBEDDER=local`` (all-MiniLM-L6-v2, its own ``var``
+   folder), beside two more baselines in this process with the same model: dense MiniLM
+   (cosine over the conversation's turns) and the RRF (k = 60) of BM25 and dense MiniLM.
 2. **Latency at scale.** One user's scope holds ``small`` and then ``big`` entries, beside
    ``others`` scopes of ``small`` entries, loaded directly with ``COPY`` (words drawn from a
    Zipf distribution over LoCoMo's vocabulary and a long tail of made-up words; tsvector and
@@ -49,6 +52,10 @@ from bench import locomo
 KS = (5, 10, 25)
 DEPTH = max(KS)
 SWEEP = (0, 0.25, 0.5, 0.75, 1)
+# What the service's hybrid search fuses (``memory.services``): the top max(50, 3 * limit)
+# of each ranking, by reciprocal rank fusion with k = 60.
+FUSION_DEPTH = max(50, 3 * DEPTH)
+RRF_K = 60
 MODES = ("lexical", "vector", "hybrid")
 GROUPS = ("1-4", "5")
 DIMENSION = 384
@@ -142,9 +149,12 @@ def api_ranking(api, user: str, query: str, mode: str, weights: dict | None = No
     return [hit["metadata"].get("dia_id") for hit in hits]
 
 
-def bm25_rankings(sample_turns: list[dict], texts: list[str]) -> list[list[str]]:
+def bm25_rankings(
+    sample_turns: list[dict], texts: list[str], depth: int = DEPTH
+) -> list[list[str]]:
     """BM25 (bm25s defaults: Lucene, k1 = 1.5, b = 0.75; English stopwords, Snowball
-    stemmer) over the turns; documents scoring 0 (no query term) are not retrieved."""
+    stemmer) over the turns, ``depth`` deep; documents scoring 0 (no query term) are not
+    retrieved."""
     import bm25s
     import Stemmer
 
@@ -158,7 +168,7 @@ def bm25_rankings(sample_turns: list[dict], texts: list[str]) -> list[list[str]]
     tokens = bm25s.tokenize(
         texts, stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False
     )
-    found = retriever.retrieve(tokens, k=min(DEPTH, len(corpus)), show_progress=False)
+    found = retriever.retrieve(tokens, k=min(depth, len(corpus)), show_progress=False)
     rankings = []
     for documents, scores in zip(found.documents, found.scores, strict=True):
         rankings.append(
@@ -169,6 +179,37 @@ def bm25_rankings(sample_turns: list[dict], texts: list[str]) -> list[list[str]]
             ]
         )
     return rankings
+
+
+def minilm_rankings(
+    embedder, sample_turns: list[dict], texts: list[str], depth: int = FUSION_DEPTH
+) -> list[list[str]]:
+    """Dense retrieval with all-MiniLM-L6-v2 in this process (the local embedder, the same
+    model and vectors as the service's ``local``): the turns by cosine similarity to each
+    text, ``depth`` deep."""
+    import numpy as np
+
+    from memory.embeddings import embed_all
+
+    deadline = time.monotonic() + 3600
+    corpus = np.array(
+        embed_all(embedder, [turn["text"] for turn in sample_turns], deadline=deadline)
+    )
+    queries = np.array(embed_all(embedder, texts, deadline=deadline))
+    rankings = []
+    for similarities in queries @ corpus.T:
+        best = np.argsort(-similarities, kind="stable")[:depth]
+        rankings.append([sample_turns[int(i)]["dia_id"] for i in best])
+    return rankings
+
+
+def rrf(*rankings: list[str], depth: int = DEPTH) -> list[str]:
+    """Reciprocal rank fusion (k = 60, equal weights, ranks from 1), as the service fuses."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + 1 / (RRF_K + rank)
+    return sorted(fused, key=lambda item: -fused[item])[:depth]
 
 
 def variants() -> dict[str, dict | None]:
@@ -183,64 +224,169 @@ def recall(ranking: list[str], evidence: set[str], k: int) -> float:
     return len(set(ranking[:k]) & evidence) / len(evidence)
 
 
-def locomo_recall(api) -> dict:
-    samples = json.loads(locomo.DATA.read_text())
-    names = ["bm25", *variants()]
-    scores: dict[str, dict[str, dict[int, list[float]]]] = {
-        name: {group: {k: [] for k in KS} for group in GROUPS} for name in names
-    }
-    conversations = []
-    for sample in samples:
-        user = f"recall-{sample['sample_id']}"
+def locomo_conversations() -> list[dict]:
+    """Each LoCoMo dev conversation: its turns and its questions with evidence among them."""
+    prepared = []
+    for sample in json.loads(locomo.DATA.read_text()):
         sample_turns = turns(sample)
-        info = index_conversation(api, user, sample_turns)
         asked, left_out = questions(sample, {turn["dia_id"] for turn in sample_turns})
-        info.update(sample_id=sample["sample_id"], questions=len(asked), left_out=left_out)
-        conversations.append(info)
-        rankings = {"bm25": bm25_rankings(sample_turns, [q["question"] for q in asked])}
+        prepared.append(
+            {
+                "sample_id": sample["sample_id"],
+                "turns": sample_turns,
+                "asked": asked,
+                "left_out": left_out,
+            }
+        )
+    return prepared
+
+
+def service_rankings(api, prepared: list[dict]) -> tuple[list[dict], dict[str, list]]:
+    """Each conversation added to a service (one user each), then every question searched
+    with each of ``variants()``: per conversation its figures, per variant the rankings of
+    all questions in order."""
+    conversations = []
+    rankings: dict[str, list] = {name: [] for name in variants()}
+    for conversation in prepared:
+        user = f"recall-{conversation['sample_id']}"
+        asked = conversation["asked"]
+        info = index_conversation(api, user, conversation["turns"])
+        info.update(
+            sample_id=conversation["sample_id"],
+            questions=len(asked),
+            left_out=conversation["left_out"],
+        )
         started = time.perf_counter()
         for name, weights in variants().items():
             mode = "hybrid" if name.startswith("hybrid") else name
-            rankings[name] = [api_ranking(api, user, q["question"], mode, weights) for q in asked]
+            rankings[name] += [api_ranking(api, user, q["question"], mode, weights) for q in asked]
         info["searches_per_s"] = round(
             len(asked) * len(variants()) / (time.perf_counter() - started), 1
         )
-        for name in names:
-            for q, ranking in zip(asked, rankings[name], strict=True):
-                for k in KS:
-                    scores[name][q["group"]][k].append(recall(ranking, q["evidence"], k))
+        conversations.append(info)
+    return conversations, rankings
+
+
+def local_service_rankings(prepared: list[dict]) -> tuple[list[dict], dict[str, list]]:
+    """``service_rankings`` on a second service started with ``CTXADMIN_EMBEDDER=local``
+    (the embedder is a setting of the whole process), in its own ``var`` folder."""
+    from bench.__main__ import bench_client, bench_service
+    from ctxadmin import stack
+
+    var = stack.var_dir() / "bench-memory-local"
+    shutil.rmtree(var, ignore_errors=True)
+    service = bench_service(var, extra_env={"CTXADMIN_EMBEDDER": "local"})
+    try:
+        api = bench_client(service, "bench-memory-local", "memory")
+        return service_rankings(api, prepared)
+    finally:
+        _code, alive = service.stop()
+        for process in alive:
+            process.kill()
+
+
+def default_fusion_weight(model: str | None) -> float | None:
+    """The vector weight the service's hybrid search gives the embedder named ``model``."""
+    from memory.embeddings import HashingEmbedder, LocalEmbedder
+
+    if model and model.startswith("hashing"):
+        return HashingEmbedder.fusion_weight
+    if model == LocalEmbedder.name:
+        return LocalEmbedder.fusion_weight
+    return None
+
+
+def locomo_recall(api, *, local: bool = True) -> dict:
+    """Evidence recall of the service behind ``api`` and of BM25; with ``local`` (and the
+    ``local`` extra installed), also of dense MiniLM and BM25 + MiniLM RRF in this process
+    and of a second service with the local embedder (rows ``local_<variant>``)."""
+    prepared = locomo_conversations()
+    asked = [q for conversation in prepared for q in conversation["asked"]]
+    conversations, rankings = service_rankings(api, prepared)
+    texts = [[q["question"] for q in conversation["asked"]] for conversation in prepared]
+    rankings["bm25"] = [
+        ranking
+        for conversation, questions_ in zip(prepared, texts, strict=True)
+        for ranking in bm25_rankings(conversation["turns"], questions_)
+    ]
+    local_info: dict = {}
+    if local:
+        from django.core.exceptions import ImproperlyConfigured
+
+        from memory.embeddings import LocalEmbedder
+
+        try:
+            embedder = LocalEmbedder()
+        except ImproperlyConfigured as exc:
+            local_info["skipped"] = str(exc)
+        else:
+            deep_bm25, dense = [], []
+            for conversation, questions_ in zip(prepared, texts, strict=True):
+                deep_bm25 += bm25_rankings(conversation["turns"], questions_, FUSION_DEPTH)
+                dense += minilm_rankings(embedder, conversation["turns"], questions_)
+            rankings["minilm"] = [ranking[:DEPTH] for ranking in dense]
+            rankings["bm25_minilm_rrf"] = [
+                rrf(lexical, vector) for lexical, vector in zip(deep_bm25, dense, strict=True)
+            ]
+            local_conversations, local_rankings = local_service_rankings(prepared)
+            for name, found in local_rankings.items():
+                rankings[f"local_{name}"] = found
+            model = next(
+                (c["embedding_model"] for c in local_conversations if c["embedding_model"]), None
+            )
+            local_info = {
+                "conversations": local_conversations,
+                "embedding_model": model,
+                "default_vector_weight": default_fusion_weight(model),
+            }
     table = {
         name: {
-            group: {f"@{k}": round(statistics.mean(scores[name][group][k]), 4) for k in KS}
+            group: {
+                f"@{k}": round(
+                    statistics.mean(
+                        recall(ranking, q["evidence"], k)
+                        for q, ranking in zip(asked, found, strict=True)
+                        if q["group"] == group
+                    ),
+                    4,
+                )
+                for k in KS
+            }
             for group in GROUPS
         }
-        for name in names
+        for name, found in rankings.items()
     }
     model = next((c["embedding_model"] for c in conversations if c["embedding_model"]), None)
-    default_weight = None
-    if model and model.startswith("hashing"):
-        from memory.embeddings import HashingEmbedder
-
-        default_weight = HashingEmbedder.fusion_weight
 
     def at_least(name: str, other: str, group: str) -> bool:
         return all(table[name][group][f"@{k}"] >= table[other][group][f"@{k}"] for k in KS)
 
-    checks = {
-        group: {
+    checks = {}
+    for group in GROUPS:
+        checks[group] = {
             "lexical_ge_bm25": at_least("lexical", "bm25", group),
             "hybrid_ge_lexical": at_least("hybrid", "lexical", group),
             "passing_vector_weights": [
                 w for w in SWEEP if at_least(f"hybrid_w{w:g}", "lexical", group)
             ],
         }
-        for group in GROUPS
-    }
+        if "local_hybrid" in table:
+            checks[group].update(
+                local_hybrid_ge_rrf=at_least("local_hybrid", "bm25_minilm_rrf", group),
+                local_hybrid_ge_lexical=at_least("local_hybrid", "local_lexical", group),
+                local_passing_vector_weights=[
+                    w for w in SWEEP if at_least(f"local_hybrid_w{w:g}", "local_lexical", group)
+                ],
+                local_vector_weights_ge_rrf=[
+                    w for w in SWEEP if at_least(f"local_hybrid_w{w:g}", "bm25_minilm_rrf", group)
+                ],
+            )
     return {
         "conversations": conversations,
-        "questions": {group: len(scores["bm25"][group][KS[0]]) for group in GROUPS},
+        "questions": {group: sum(q["group"] == group for q in asked) for group in GROUPS},
         "embedding_model": model,
-        "default_vector_weight": default_weight,
+        "default_vector_weight": default_fusion_weight(model),
+        "local": local_info or None,
         "recall": table,
         "checks": checks,
     }
@@ -593,9 +739,13 @@ def measure(
 
 LABELS = {
     "bm25": "BM25 (bm25s, outside the database)",
+    "minilm": "MiniLM dense (cosine, outside the database)",
+    "bm25_minilm_rrf": "BM25 + MiniLM, RRF k = 60 (outside the database)",
     "lexical": "lexical (full text, `ts_rank`)",
-    "vector": "vector (HNSW, cosine)",
-    "hybrid": "hybrid (RRF, default weights)",
+    "vector": "vector (cosine), {model}",
+    "hybrid": "hybrid (RRF, default weights), {model}",
+    "local_vector": "vector (cosine), {local}",
+    "local_hybrid": "hybrid (RRF, default weights), {local}",
 }
 
 
@@ -603,23 +753,44 @@ def _met(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
+def _recall_cells(table: dict, name: str, group: str) -> str:
+    return " | ".join(f"{table[name][group][f'@{k}']:.3f}" for k in KS)
+
+
+def _sweep_rows(table: dict, prefix: str, default: float | None, passing: list) -> list[str]:
+    """One row per weight of ``SWEEP``: recall per group, then whether it passes each list
+    of ``passing`` (``{group: [weights]}``)."""
+    rows = []
+    for weight in SWEEP:
+        mark = " (default)" if default is not None and weight == default else ""
+        cells = " | ".join(
+            _recall_cells(table, f"{prefix}hybrid_w{weight:g}", group)
+            + "".join(f" | {_met(weight in weights[group])}" for weights in passing)
+            for group in GROUPS
+        )
+        rows.append(f"| {weight:g}{mark} | {cells} |")
+    return rows
+
+
 def _locomo_report(results: dict) -> str:
     table, checks = results["recall"], results["checks"]
     default = results["default_vector_weight"]
-    rows = []
-    for name in ("bm25", "lexical", "vector", "hybrid"):
-        cells = " | ".join(f"{table[name][group][f'@{k}']:.3f}" for group in GROUPS for k in KS)
-        rows.append(f"| {LABELS[name]} | {cells} |")
-    sweep = []
-    for weight in SWEEP:
-        name = f"hybrid_w{weight:g}"
-        mark = " (default)" if default is not None and weight == default else ""
-        cells = " | ".join(
-            " | ".join(f"{table[name][group][f'@{k}']:.3f}" for k in KS)
-            + f" | {_met(weight in checks[group]['passing_vector_weights'])}"
-            for group in GROUPS
-        )
-        sweep.append(f"| {weight:g}{mark} | {cells} |")
+    local = results.get("local") or {}
+    has_local = "local_hybrid" in table
+    names = {
+        "model": f"`{results['embedding_model']}`",
+        "local": f"`{local.get('embedding_model')}`",
+    }
+    rows = [
+        f"| {LABELS[name].format(**names)} | "
+        + " | ".join(_recall_cells(table, name, group) for group in GROUPS)
+        + " |"
+        for name in LABELS
+        if name in table
+    ]
+    sweep = _sweep_rows(
+        table, "", default, [{g: checks[g]["passing_vector_weights"] for g in GROUPS}]
+    )
     count = results["questions"]
     conversations = results["conversations"]
     refused = sum(len(c["refused"]) for c in conversations)
@@ -628,19 +799,72 @@ def _locomo_report(results: dict) -> str:
     targets = []
     for group in GROUPS:
         label = "categories 1-4" if group == "1-4" else f"category {group}"
+        found = checks[group]
         targets.append(
-            f"| {label}: lexical >= BM25 at every k | {_met(checks[group]['lexical_ge_bm25'])} |"
+            f"| {label}: lexical >= BM25 at every k | {_met(found['lexical_ge_bm25'])} |"
         )
         targets.append(
             f"| {label}: hybrid (default weights) >= lexical at every k | "
-            f"{_met(checks[group]['hybrid_ge_lexical'])} |"
+            f"{_met(found['hybrid_ge_lexical'])} |"
         )
-        passing = checks[group]["passing_vector_weights"]
         targets.append(
             f"| {label}: vector weights whose hybrid >= lexical at every k | "
-            f"{', '.join(f'{w:g}' for w in passing) or 'none'} |"
+            f"{', '.join(f'{w:g}' for w in found['passing_vector_weights']) or 'none'} |"
         )
+        if has_local:
+            targets.append(
+                f"| {label}: hybrid with local (default weights) >= BM25 + MiniLM RRF at "
+                f"every k | {_met(found['local_hybrid_ge_rrf'])} |"
+            )
+            targets.append(
+                f"| {label}: hybrid with local (default weights) >= lexical at every k | "
+                f"{_met(found['local_hybrid_ge_lexical'])} |"
+            )
+            for key, other in (
+                ("local_passing_vector_weights", "lexical"),
+                ("local_vector_weights_ge_rrf", "BM25 + MiniLM RRF"),
+            ):
+                targets.append(
+                    f"| {label}: vector weights whose hybrid with local >= {other} at every k | "
+                    f"{', '.join(f'{w:g}' for w in found[key]) or 'none'} |"
+                )
     default_text = "the embedder's own" if default is None else f"{default:g}"
+    if has_local:
+        local_weight = local["default_vector_weight"]
+        weight_text = "the embedder's own" if local_weight is None else f"{local_weight:g}"
+        local_conversations = local["conversations"]
+        local_adds = statistics.median(c["adds_per_s"] for c in local_conversations)
+        local_searches = statistics.median(c["searches_per_s"] for c in local_conversations)
+        local_refused = sum(len(c["refused"]) for c in local_conversations)
+        local_text = f"""The same run against a second service started with
+`CTXADMIN_EMBEDDER=local` (its own database): embedder `{local["embedding_model"]}`,
+all-MiniLM-L6-v2 in the service's processes, whose vector weight in hybrid fusion is
+{weight_text} ({local_adds} adds/s, {local_searches} searches/s; {local_refused} turns
+refused). Its lexical search is the same as the first service's. Two baselines use the same
+model in this process: dense MiniLM (the question's cosine similarity with every turn of its
+conversation) and BM25 + MiniLM, reciprocal rank fusion (k = {RRF_K}, equal weights) of the
+top {FUSION_DEPTH} of each, as the service fuses its own rankings."""
+        passing = [
+            {group: checks[group][key] for group in GROUPS}
+            for key in ("local_passing_vector_weights", "local_vector_weights_ge_rrf")
+        ]
+        head = ["w"] + [
+            f"{group} {column}"
+            for group in GROUPS
+            for column in (*(f"@{k}" for k in KS), ">= lexical", ">= RRF")
+        ]
+        local_sweep = f"""
+Hybrid with the local embedder and `weights` `{{"lexical": 1, "vector": w}}` (">= lexical",
+">= RRF": recall at every k at least lexical's, at least BM25 + MiniLM RRF's):
+
+| {" | ".join(head)} |
+|{" --- |" * len(head)}
+{chr(10).join(_sweep_rows(table, "local_", local_weight, passing))}
+"""
+    else:
+        reason = local.get("skipped", "not run").rstrip(".")
+        local_text = f"The local embedder's rows and the MiniLM baselines are skipped: {reason}."
+        local_sweep = ""
     return f"""### LoCoMo evidence recall
 
 Each turn of the three LoCoMo dev conversations is one memory of one user (added through the
@@ -651,20 +875,21 @@ the share of its evidence turns among the top k, averaged over the questions
 ({searches} searches/s). Embedder: `{results["embedding_model"]}`, whose vector weight in
 hybrid fusion is {default_text}. BM25 runs on the same turns in this process (`bm25s`:
 Lucene scoring, k1 = 1.5, b = 0.75, its English stopwords and the Snowball stemmer; turns
-scoring 0 are not retrieved). A MiniLM baseline needs a local model, not available offline:
-skipped.
+scoring 0 are not retrieved).
+
+{local_text}
 
 | search | 1-4 @5 | 1-4 @10 | 1-4 @25 | 5 @5 | 5 @10 | 5 @25 |
 | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
 
-Hybrid with `weights` `{{"lexical": 1, "vector": w}}` (w = 0 is lexical alone; "passes":
-recall at every k at least lexical's):
+Hybrid with `weights` `{{"lexical": 1, "vector": w}}`, embedder `{results["embedding_model"]}`
+(w = 0 is lexical alone; "passes": recall at every k at least lexical's):
 
 | w | 1-4 @5 | 1-4 @10 | 1-4 @25 | 1-4 passes | 5 @5 | 5 @10 | 5 @25 | 5 passes |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(sweep)}
-
+{local_sweep}
 | target | met |
 | --- | --- |
 {chr(10).join(targets)}
