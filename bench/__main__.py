@@ -3,7 +3,9 @@
 Starts the whole service (``manage.py run``: embedded PostgreSQL 18 + pgvector, Redis,
 Celery, gunicorn with 4 workers) in ``var/bench``, drives it with HTTP clients on loopback,
 runs Google ADK's ``DatabaseSessionService`` on the same PostgreSQL server (``bench/adk_peer``),
-and writes both, with their ratios, the command and the machine, to ``bench/BENCHMARKS.md``.
+and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes both,
+with their ratios, the command and the machine, to ``bench/BENCHMARKS.md`` (``--skip-peer``:
+neither peer).
 
     .venv/bin/python -m bench [--skip-peer] [--events 2000] [--big-events 10000]
                               [--sessions 100000]
@@ -518,7 +520,13 @@ def main() -> None:
             flush=True,
         )
         print("measuring memory search …", flush=True)
-        memory = memory_bench.measure(service, api, big=args.memory_big, small=args.memory_small)
+        memory = memory_bench.measure(
+            service,
+            api,
+            big=args.memory_big,
+            small=args.memory_small,
+            skip_langgraph=args.skip_peer,
+        )
         peer = None
         if not args.skip_peer:
             from bench import adk_peer

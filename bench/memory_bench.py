@@ -4,6 +4,7 @@ A section of ``make bench``, or on its own (its own service in ``var/bench-memor
 
     .venv/bin/python -m bench.memory_bench [--big 100000] [--small 10000] [--others 9]
                                            [--queries 50] [--skip-locomo] [--skip-scale]
+                                           [--skip-langgraph]
 
 1. **LoCoMo evidence recall.** Every turn of each of the three LoCoMo dev conversations
    (``../shared/data/locomo_dev.json``) is added through the API as one memory of one user
@@ -23,11 +24,17 @@ A section of ``make bench``, or on its own (its own service in ``var/bench-memor
    Zipf distribution over LoCoMo's vocabulary and a long tail of made-up words; tsvector and
    hashing embedding as the service writes them; the HNSW index rebuilt after each load).
    Then p50/p95 through the API of lexical, vector and hybrid search (limit 10) over
-   ``queries`` distinct queries each.
+   ``queries`` distinct queries each, and the service's own time for each search (the
+   ``ms`` of its ``memory_search`` log lines, read from its log).
 3. **HNSW recall@10** of the API's vector search against the exact top 10 (PostgreSQL with
    index scans off) in the same scope, at both sizes, for generated queries and for words
    of the scope's own entries; and of the service's vector query in SQL at other
    ``hnsw.ef_search`` values.
+4. **The peer: LangGraph's ``PostgresStore``** (``bench/langgraph_peer.py``) on the same
+   PostgreSQL server, holding the same entries in one namespace per scope, embedded by the
+   same hashing embedder, with its default pgvector HNSW index: at both sizes, the same
+   vector searches timed in-process (p50/p95) and their recall@10 against the exact top 10,
+   beside ctxadmin's server-side time and recall (``--skip-langgraph``: not run).
 """
 
 from __future__ import annotations
@@ -518,7 +525,35 @@ def bulk_load(database_url: str, app_id: int, plan: list[tuple[str, int]], words
     return timings
 
 
-def latency(api, user: str, queries: list[str]) -> dict:
+def server_ms(log, offset: int, app_id: int, mode: str, count: int) -> list[float]:
+    """The ``ms`` of the service's ``memory_search`` log lines for the app and mode written
+    to ``log`` past byte ``offset`` (waiting a moment for the last of ``count``)."""
+    deadline = time.monotonic() + 10
+    while True:
+        found = []
+        with log.open("rb") as handle:
+            handle.seek(offset)
+            for line in handle:
+                if b'"memory_search"' not in line:
+                    continue
+                try:
+                    record = json.loads(line[line.index(b"{") :])
+                except ValueError:
+                    continue
+                if (record.get("event"), record.get("app"), record.get("mode")) == (
+                    "memory_search",
+                    app_id,
+                    mode,
+                ):
+                    found.append(float(record["ms"]))
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def latency(api, user: str, queries: list[str], log=None, app_id: int | None = None) -> dict:
+    """Client-side p50/p95 through the API per mode; with the service's ``log``, also its
+    own time for each search (``server``)."""
     from bench.__main__ import percentiles
 
     url = f"{memories_url(api, user)}/search"
@@ -526,6 +561,7 @@ def latency(api, user: str, queries: list[str]) -> dict:
     for mode in MODES:
         for query in queries[:3]:  # warm-up
             api.post(url, {"query": query, "mode": mode})
+        offset = log.stat().st_size if log is not None else 0
         samples, hits = [], []
         for query in queries:
             started = time.perf_counter()
@@ -533,6 +569,10 @@ def latency(api, user: str, queries: list[str]) -> dict:
             samples.append((time.perf_counter() - started) * 1000)
             hits.append(len(body["hits"]))
         figures[mode] = {**percentiles(samples), "mean_hits": round(statistics.mean(hits), 1)}
+        if log is not None:
+            server = server_ms(log, offset, app_id, mode, len(queries))
+            if len(server) == len(queries):
+                figures[mode]["server"] = percentiles(server)
     return figures
 
 
@@ -685,7 +725,11 @@ def hnsw_recall(api, database_url: str, app_id: int, user: str, queries: list[st
     return results
 
 
-def scale(service, api, *, big: int, small: int, others: int, queries: int) -> dict:
+def scale(
+    service, api, *, big: int, small: int, others: int, queries: int, langgraph: bool = True
+) -> dict:
+    """The scale phases; with ``langgraph``, the same vector searches through LangGraph's
+    ``PostgresStore`` holding the same entries (``bench/langgraph_peer.py``) in each."""
     database_url = service.database_url
     with psycopg.connect(database_url) as conn:
         app_id = conn.execute("SELECT id FROM ctxadmin_app WHERE name = %s", (api.app,)).fetchone()[
@@ -697,21 +741,38 @@ def scale(service, api, *, big: int, small: int, others: int, queries: int) -> d
     user = "scale-main"
     phases = []
     plan = [(user, small)] + [(f"scale-other-{i}", small) for i in range(others)]
-    for size in dict.fromkeys((small, big)):  # in order, once each
-        if size != small:
-            plan = [(user, size - small)]
-        load = bulk_load(database_url, app_id, plan, words)
-        phases.append(
-            {
+    peer = None
+    if langgraph:
+        from bench import langgraph_peer
+
+        peer = langgraph_peer.Peer(database_url, app_id)
+    try:
+        for size in dict.fromkeys((small, big)):  # in order, once each
+            if size != small:
+                plan = [(user, size - small)]
+            load = bulk_load(database_url, app_id, plan, words)
+            phase = {
                 "scope_rows": size,
                 "other_scopes": others,
                 "other_scope_rows": small,
                 "load": load,
-                "latency_ms": latency(api, user, timed),
+                "latency_ms": latency(api, user, timed, service.log, app_id),
                 "hnsw": hnsw_recall(api, database_url, app_id, user, checked),
             }
-        )
-    return {"phases": phases, "queries": queries, "hnsw_queries": HNSW_QUERIES}
+            if peer is not None:
+                from_entries = entry_queries(database_url, app_id, user, HNSW_QUERIES)
+                phase["langgraph"] = peer.phase(user, timed, checked, from_entries)
+            phases.append(phase)
+        notes = peer.notes() if peer is not None else None
+    finally:
+        if peer is not None:
+            peer.close()
+    return {
+        "phases": phases,
+        "queries": queries,
+        "hnsw_queries": HNSW_QUERIES,
+        "langgraph": notes,
+    }
 
 
 # ----------------------------------------------------------------------------- section
@@ -727,13 +788,22 @@ def measure(
     queries: int = 50,
     skip_locomo: bool = False,
     skip_scale: bool = False,
+    skip_langgraph: bool = False,
 ) -> dict:
     """The memory search figures (the API key needs the ``memory`` scope)."""
     results: dict = {}
     if not skip_locomo:
         results["locomo"] = locomo_recall(api)
     if not skip_scale:
-        results["scale"] = scale(service, api, big=big, small=small, others=others, queries=queries)
+        results["scale"] = scale(
+            service,
+            api,
+            big=big,
+            small=small,
+            others=others,
+            queries=queries,
+            langgraph=not skip_langgraph,
+        )
     return results
 
 
@@ -901,9 +971,10 @@ def _scale_report(results: dict) -> str:
     for phase in results["phases"]:
         size = f"{phase['scope_rows']:,}"
         for mode, figures in phase["latency_ms"].items():
+            server = figures.get("server") or {"p50": "—", "p95": "—"}
             rows.append(
                 f"| {size} | {mode} | {figures['p50']} | {figures['p95']} | "
-                f"{figures['mean_hits']} |"
+                f"{server['p50']} | {server['p95']} | {figures['mean_hits']} |"
             )
         load = phase["load"]
         loads.append(
@@ -942,10 +1013,11 @@ with the HNSW index (m = 16, ef_construction = 64) dropped during each load and 
 after. Text: 8-60 words drawn from a Zipf distribution over LoCoMo's vocabulary and a long
 tail of made-up words ({VOCABULARY:,} words); queries: 3-8 words of the same. Latency is the
 client's, through the API (limit 10, {results["queries"]} distinct queries per mode, after 3
-warm-up calls); the service's own time (`memory_search` log lines, `ms`) is not read here.
+warm-up calls), and the service's own time for the same searches ("server": the `ms` of its
+`memory_search` log lines, from embedding the query to the hits' rows).
 
-| scope entries | mode | p50 ms | p95 ms | mean hits |
-| --- | --- | --- | --- | --- |
+| scope entries | mode | p50 ms | p95 ms | server p50 ms | server p95 ms | mean hits |
+| --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
 
 Loads (seconds):
@@ -974,6 +1046,129 @@ HNSW already):
 | scope entries | ef_search | plan | recall@10 | p50 ms | p95 ms | HNSW forced: recall@10 | p50 ms |
 | --- | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(efs)}
+{_langgraph_report(results)}"""
+
+
+def _table_head(*names: str) -> str:
+    return f"| {' | '.join(names)} |\n|{' --- |' * len(names)}"
+
+
+def _langgraph_report(results: dict) -> str:
+    """LangGraph's PostgresStore beside ctxadmin's vector search, phase by phase."""
+    notes = results.get("langgraph")
+    if not notes:
+        return ""
+    rows, kinds, loads, plans, targets = [], [], [], [], []
+    for phase in results["phases"]:
+        size = f"{phase['scope_rows']:,}"
+        peer = phase["langgraph"]
+        ours, theirs = phase["latency_ms"]["vector"].get("server"), peer["latency_ms"]
+        ours_recall = phase["hnsw"]["generated"]["recall_at_10"]
+        theirs_recall = peer["recall"]["generated"]["recall_at_10"]
+        if ours:
+            ratio = " / ".join(f"{theirs[p] / ours[p]:.2f}x" for p in ("p50", "p95"))
+            faster = _met(ours["p50"] <= theirs["p50"] and ours["p95"] <= theirs["p95"])
+            ours_cell = f"{ours['p50']} / {ours['p95']}"
+        else:
+            ratio, faster, ours_cell = "—", "—", "—"
+        rows.append(
+            f"| {size} | {ours_cell} | {ours_recall:.3f} | {theirs['p50']} / {theirs['p95']} | "
+            f"{theirs_recall:.3f} | {theirs['mean_hits']} | {ratio} |"
+        )
+        for kind, label in (("generated", "generated"), ("from_entries", "words of an entry")):
+            mine, other = phase["hnsw"][kind], peer["recall"][kind]
+            kinds.append(
+                f"| {size} | {label} | {mine['recall_at_10']:.3f} | {mine['nearest_found']:.2f} | "
+                f"{other['recall_at_10']:.3f} (lowest {other['min']}) | "
+                f"{other['nearest_found']:.2f} | {other['mean_hits']} |"
+            )
+        load = peer["load"]
+        loads.append(
+            f"| {load['rows']:,} | {load['table_rows']:,} | {load['put_s']} | "
+            f"{load['puts_per_s']} | {load['index_build_s']} | {load['analyze_s']} | "
+            f"{load['total_s']} | {load['embedding_max_abs_diff']:g} |"
+        )
+        plan = peer["plan"]
+        scan = "no HNSW index scan"
+        if plan["uses_hnsw"]:
+            scan = f"the HNSW index scan gave {plan['index_rows']:g} candidates"
+            if plan["namespace_rows"] is not None:
+                scan += f", {plan['namespace_rows']:g} of them in the namespace"
+        plans.append(
+            f"- {size}: {scan} (`hnsw.ef_search` = {plan['settings']['hnsw.ef_search']}, "
+            f"`hnsw.iterative_scan` = {plan['settings']['hnsw.iterative_scan']}):\n\n"
+            + "\n".join(f"      {line}" for line in plan["search_plan"])
+        )
+        targets.append(
+            f"| {size}: ctxadmin vector search (server-side) at least as fast as LangGraph's "
+            f"(in-process), p50 and p95 | {faster} |"
+        )
+        targets.append(
+            f"| {size}: ctxadmin recall@10 higher than LangGraph's | "
+            f"{_met(ours_recall > theirs_recall)} |"
+        )
+    first = results["phases"][0]
+    compared_head = _table_head(
+        "scope entries",
+        "ctxadmin vector, server-side p50 / p95 ms",
+        "ctxadmin recall@10",
+        "LangGraph in-process p50 / p95 ms",
+        "LangGraph recall@10",
+        "LangGraph mean hits",
+        "ratio LangGraph / ctxadmin (p50 / p95)",
+    )
+    kinds_head = _table_head(
+        "scope entries",
+        "queries",
+        "ctxadmin recall@10",
+        "ctxadmin nearest found",
+        "LangGraph recall@10",
+        "LangGraph nearest found",
+        "LangGraph mean hits",
+    )
+    return f"""
+### LangGraph's PostgresStore, the same vector searches
+
+LangGraph's long-term memory store (`langgraph-checkpoint-postgres`
+{notes["langgraph_checkpoint_postgres"]}, `langgraph-checkpoint` {notes["langgraph_checkpoint"]})
+on the same PostgreSQL server, in a database of its own, holding the same entries: one
+namespace `("app", user)` per scope ({first["other_scopes"]} others of
+{first["other_scope_rows"]:,}), key the entry's id, value `{{"content": text}}`;
+`PostgresStore.from_conn_string(url, index={{"dims": {DIMENSION}, "embed": <ctxadmin's hashing
+embedder>, "fields": ["content"]}})`, so its default index: HNSW (m = 16, ef_construction =
+64), cosine. Entries went in through the store's own `batch` of `PutOp` (which embeds them),
+with its index dropped meanwhile and created again after by its own migration, then both of
+its tables analyzed. Its searches are `store.search(("app", user), query=q, limit=10)`,
+timed in this process (embedding the query, the SQL round trip, decoding the items) for the
+same {results["queries"]} queries as ctxadmin's, after 3 warm-up calls; ctxadmin's time is the
+service's own for its vector searches above (server-side). Recall@10 is against the exact top
+10 of the scope or namespace (index scans off), for the same {results["hnsw_queries"]}
+generated queries on both sides.
+
+{compared_head}
+{chr(10).join(rows)}
+
+| target | met |
+| --- | --- |
+{chr(10).join(targets)}
+
+Recall@10 by kind of query, with the share of queries whose nearest entry is among the hits,
+and the hits LangGraph returned (asked for 10):
+
+{kinds_head}
+{chr(10).join(kinds)}
+
+LangGraph's loads (seconds; the last column: the largest difference between a vector it wrote
+and ctxadmin's for the same entry, over 200 entries, 0 when the embedding is the same):
+
+| rows added | items after | put | puts/s | HNSW build | ANALYZE | total | vector difference |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+{chr(10).join(loads)}
+
+The plan PostgreSQL chose for the store's search statement (built by the store; `EXPLAIN
+ANALYZE` of the first timed query; its main nodes, without the TTL refresh that follows):
+
+{chr(10).join(plans)}
 """
 
 
@@ -998,6 +1193,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--skip-locomo", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--skip-langgraph", action="store_true")
     args = parser.parse_args()
     if not 0 < args.small <= args.big:
         parser.error("--small must be from 1 to --big")
@@ -1016,6 +1212,7 @@ def main() -> None:
             queries=args.queries,
             skip_locomo=args.skip_locomo,
             skip_scale=args.skip_scale,
+            skip_langgraph=args.skip_langgraph,
         )
     finally:
         _code, alive = service.stop()
