@@ -296,10 +296,11 @@ class HashingEmbedder(Embedder):
     """
 
     remote = False
-    # Its similarity is lexical: fused with full-text search it counts for less. Measured on
-    # LoCoMo (bench/memory_bench.py), 0.25 is the weight whose hybrid recall stays at or above
-    # lexical alone at every k; 0.5 fell below it.
-    fusion_weight = 0.25
+    # Its similarity is lexical: it sees the words BM25 sees. Measured on LoCoMo
+    # (bench/memory_bench.py), every weight above 0 in the rank fusion with BM25 lowered
+    # recall at some k, so in hybrid search it only fills what lexical search leaves empty
+    # (a misspelt or unstemmed word still meets its character n-grams).
+    fusion_weight = 0.0
     WORD_WEIGHT = 1.0
     PAIR_WEIGHT = 0.5
     CHAR_WEIGHT = 0.7

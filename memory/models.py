@@ -34,6 +34,7 @@ class MemoryEntry(models.Model):
     author = models.CharField(max_length=128, blank=True, db_default="")
     source_timestamp = models.DateTimeField(null=True)
     search = SearchVectorField()
+    # Stored in the row (STORAGE PLAIN, migration 0004), never in TOAST.
     embedding = VectorField(dimensions=EMBEDDING_DIMENSION, null=True)
     embedding_model = models.CharField(max_length=128, blank=True, db_default="")
     content_bytes = models.IntegerField()
@@ -61,7 +62,8 @@ class MemoryEntry(models.Model):
                 models.F("id").desc(),
                 name="memory_scope_recent",
             ),
-            GinIndex(fields=["search"], name="memory_search"),
+            # Searches are scoped: the scope leads (btree_gin), so only its postings are read.
+            GinIndex(fields=["app", "user_id", "search"], name="memory_scope_search"),
             GinIndex(fields=["metadata"], name="memory_metadata", opclasses=["jsonb_path_ops"]),
             HnswIndex(
                 name="memory_embedding_hnsw",

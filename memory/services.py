@@ -41,16 +41,16 @@ MAX_QUERY_BYTES = 4096
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}\Z")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 RRF_K = 60
-# BM25 (Lucene's formula, the parameters of the ``bm25s`` defaults); document length is the
-# number of distinct lexemes in the entry's ``search`` vector.
-BM25_K1 = 1.5
+# BM25 (Lucene's formula and default parameters); a lexeme counts once per entry, and an
+# entry's length is the number of distinct lexemes in its ``search`` vector.
+BM25_K1 = 1.2
 BM25_B = 0.75
 # A query's rarest lexemes that are looked up (the rest of a very long query is ignored).
 MAX_QUERY_TERMS = 64
 # How many postings (entries holding a query lexeme) lexical search scores at most, unless
 # the query's rarest lexeme alone holds more: beyond it, candidates come from the rarer
 # lexemes only (see ``_lexical``).
-LEXICAL_MAX_CANDIDATES = 5_000
+LEXICAL_MAX_CANDIDATES = 2_000
 # How far an iterative HNSW scan may go to fill a small scope's results: pgvector's defaults
 # (20,000 tuples, 1 x work_mem) stop short when a scope is a sliver of a large table.
 MAX_SCAN_TUPLES = 100_000
@@ -528,6 +528,14 @@ def _query_terms(app: App, user_id: str, query: str) -> tuple[list[_Term], float
     return terms, max(lexemes / entries, 1.0)
 
 
+def _tsquery(lexemes: list[str]) -> str:
+    """A tsquery matching any of ``lexemes``, as tsquery input (each quoted, so no lexeme
+    is parsed or normalised again)."""
+    return " | ".join(
+        "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in lexemes
+    )
+
+
 def _bm25(
     app: App,
     user_id: str,
@@ -538,42 +546,31 @@ def _bm25(
     depth: int,
 ) -> list[tuple]:
     """The top ``depth`` of the scope's live entries holding any of ``matching``, scored by
-    BM25 over all ``terms``."""
+    BM25 over all ``terms``, a lexeme counting once per entry (memories are short)."""
+    held = " + ".join(["(CASE WHEN search @@ %s::tsquery THEN %s::float8 ELSE 0 END)"] * len(terms))
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            WITH weights AS (
-                SELECT * FROM unnest(%s::text[], %s::float8[]) AS w (lexeme, idf)
-            ), candidates AS MATERIALIZED (
-                SELECT id, created_at, search, length(search)::float8 AS dl
-                  FROM memory_memoryentry
-                 WHERE app_id = %s AND user_id = %s
-                   AND search @@ (SELECT string_agg(quote_literal(x), ' | ')
-                                    FROM unnest(%s::text[]) x)::tsquery
-                   AND {LIVE} AND ({request.filter_sql})
-            )
-            SELECT c.id::text,
-                   sum(w.idf * (cardinality(u.positions) * (%s + 1.0))
-                       / (cardinality(u.positions) + %s * (1 - %s + %s * c.dl / %s))) AS score
-              FROM candidates c
-             CROSS JOIN LATERAL unnest(c.search) u
-              JOIN weights w ON w.lexeme = u.lexeme
-             GROUP BY c.id, c.created_at
-             ORDER BY score DESC, c.created_at DESC
+            SELECT id::text, ({held}) * %s::float8
+                   / (1 + %s::float8 * (1 - %s::float8 + %s::float8 * length(search) / %s::float8))
+                   AS score
+              FROM memory_memoryentry
+             WHERE app_id = %s AND user_id = %s AND search @@ %s::tsquery
+               AND {LIVE} AND ({request.filter_sql})
+             ORDER BY score DESC, created_at DESC
              LIMIT %s
-            """,  # noqa: S608 - the filter is compiled with placeholders only
+            """,  # noqa: S608 - placeholders only
             [
-                [term.lexeme for term in terms],
-                [term.idf for term in terms],
-                app.pk,
-                user_id,
-                [term.lexeme for term in matching],
-                *request.filter_params,
-                BM25_K1,
+                *(value for term in terms for value in (_tsquery([term.lexeme]), term.idf)),
+                BM25_K1 + 1,
                 BM25_K1,
                 BM25_B,
                 BM25_B,
                 avgdl,
+                app.pk,
+                user_id,
+                _tsquery([term.lexeme for term in matching]),
+                *request.filter_params,
                 depth,
             ],
         )
@@ -588,8 +585,9 @@ def _lexical(app: App, user_id: str, request: SearchRequest, depth: int) -> list
     Candidates are drawn from the rarest lexemes first, up to ``LEXICAL_MAX_CANDIDATES``
     postings: the lexemes left out (the most common ones) still score the candidates that
     hold them, but an entry holding only those is not considered. Each lexeme adds at most
-    ``idf * (k1 + 1)`` to a score, so when the left-out lexemes together could not lift an
-    entry past the last result, the ranking is still exact (logged as ``exact``).
+    ``idf * (k1 + 1) / (1 + k1 * (1 - b))`` to a score, so when the left-out lexemes
+    together could not lift an entry past the last result, the ranking is still exact
+    (logged as ``exact``).
     """
     terms, avgdl = _query_terms(app, user_id, request.query)
     if not terms:
@@ -603,7 +601,9 @@ def _lexical(app: App, user_id: str, request: SearchRequest, depth: int) -> list
     rows = _bm25(app, user_id, request, terms, avgdl, matching, depth)
     left_out = terms[len(matching) :]
     if left_out:
-        bound = sum(term.idf for term in left_out) * (BM25_K1 + 1)
+        # An entry's score for a lexeme is at most idf * (k1 + 1) / (1 + k1 * (1 - b)).
+        ceiling = (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B))
+        bound = sum(term.idf for term in left_out) * ceiling
         floor = rows[-1][1] if len(rows) == depth else 0.0
         logger.info(
             "memory_lexical_bounded",
@@ -674,25 +674,44 @@ def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[
 
 def _scope_is_small(app: App, user_id: str) -> bool:
     """Whether exact search is cheap here: at most ``EXACT_SEARCH_MAX`` entries in the scope
-    (counted on the scope's index, stopping past the bound)."""
+    (the scope's statistics row, which the database keeps with its entries)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM memory_memoryentry "
-            "WHERE app_id = %s AND user_id = %s LIMIT %s) scope",
-            [app.pk, user_id, EXACT_SEARCH_MAX + 1],
+            "SELECT entries FROM memory_scopestats WHERE app_id = %s AND user_id = %s",
+            [app.pk, user_id],
         )
-        return cursor.fetchone()[0] <= EXACT_SEARCH_MAX
+        row = cursor.fetchone()
+    return row is None or row[0] <= EXACT_SEARCH_MAX
 
 
 def fusion_weights(request: SearchRequest) -> dict[str, float]:
-    """The given weights, else the embedder's calibration (a weak embedder counts less, so
-    hybrid never does worse than lexical alone)."""
+    """The given weights, else the embedder's calibration (a weak embedder counts less, or,
+    at 0, only fills what lexical search leaves empty: hybrid never does worse than lexical
+    alone)."""
     if request.weights is not None:
         return {"lexical": 1.0, "vector": 1.0, **request.weights}
     from memory import embeddings
 
     embedder = embeddings.embedder_from_settings()
     return {"lexical": 1.0, "vector": getattr(embedder, "fusion_weight", 1.0)}
+
+
+def _lexical_then_vector(app: App, user_id: str, request: SearchRequest) -> list[tuple]:
+    """Hybrid search with an embedder that does not rank (fusion weight 0): the lexical
+    ranking, then, only where it holds fewer than ``limit`` entries, the vector ranking's
+    entries it does not hold; scored on the RRF scale, rank by rank."""
+    found = [entry_id for entry_id, _score in _lexical(app, user_id, request, request.limit)]
+    if len(found) < request.limit:
+        held = set(found)
+        found += [
+            entry_id
+            for entry_id, _score in _vector(app, user_id, request, request.limit)
+            if entry_id not in held
+        ]
+    return [
+        (entry_id, 1.0 / (RRF_K + rank))
+        for rank, entry_id in enumerate(found[: request.limit], start=1)
+    ]
 
 
 def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
@@ -710,6 +729,8 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
             (entry_id, float(score))
             for entry_id, score in _vector(app, user_id, request, request.limit)
         ]
+    elif request.weights is None and fusion_weights(request)["vector"] == 0:
+        ranked = _lexical_then_vector(app, user_id, request)
     else:
         depth = max(50, request.limit * 3)
         weights = fusion_weights(request)

@@ -202,3 +202,51 @@ def test_concurrent_adds_and_deletes_in_one_scope_keep_them_exact():
     holding = MemoryEntry.objects.filter(content__contains="apple").count()
     hits = search(tenant.client(), query="apple", mode="lexical", limit=100)
     assert len(hits["hits"]) == holding > 0
+
+
+@pytest.mark.django_db
+class TestHybridWithTheHashingEmbedder:
+    """The hashing embedder sees the words BM25 sees: in hybrid search it only fills what
+    lexical search leaves empty, so hybrid never ranks below lexical."""
+
+    def test_hybrid_is_the_lexical_ranking_when_that_fills_the_limit(self, api):
+        for n in range(6):
+            add(api, content=f"planted tomatoes in the garden, row {n}")
+        add(api, content="tomato soup recipe")
+        lexical = search(api, query="garden tomatoes", mode="lexical", limit=5)
+        hybrid = search(api, query="garden tomatoes", limit=5)
+        assert ids(hybrid) == ids(lexical) and len(ids(hybrid)) == 5
+        assert hybrid["hits"][0]["score_type"] == "rrf"
+        scores = [hit["score"] for hit in hybrid["hits"]]
+        assert scores == sorted(scores, reverse=True)
+
+    def test_the_vector_ranking_fills_what_lexical_search_leaves(self, api):
+        exact = add(api, content="we adopted a dalmatian puppy")
+        misspelt = add(api, content="the dalmatians went to the vet")
+        budget = add(api, content="quarterly budget review")
+        lexical = search(api, query="dalmation", mode="lexical")
+        assert lexical["hits"] == []  # a misspelling no lexeme matches
+        hybrid = search(api, query="dalmation", limit=2)
+        assert set(ids(hybrid)) == {exact["id"], misspelt["id"]}
+        # Lexical hits come first, then the vector ranking's others.
+        mixed = search(api, query="puppy dalmation", limit=3)
+        assert ids(mixed) == [exact["id"], misspelt["id"], budget["id"]]
+
+    def test_explicit_weights_fuse_both_rankings(self, api):
+        add(api, content="we adopted a dalmatian puppy")
+        hits = search(api, query="dalmation", weights={"lexical": 1, "vector": 1}, limit=1)
+        assert len(hits["hits"]) == 1 and hits["hits"][0]["score_type"] == "rrf"
+        none = search(api, query="dalmation", weights={"lexical": 1, "vector": 0}, limit=1)
+        assert none["hits"] == []
+
+
+@pytest.mark.django_db
+def test_vectors_stay_in_the_row_and_the_text_index_leads_with_the_scope():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memory_memoryentry'::regclass "
+            "AND attname = 'embedding'"
+        )
+        assert cursor.fetchone() == ("p",)
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_scope_search'")
+        assert "gin (app_id, user_id, search)" in cursor.fetchone()[0]
