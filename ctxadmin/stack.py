@@ -120,6 +120,23 @@ def _running_as_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+def shared_buffers() -> str:
+    """The embedded PostgreSQL's ``shared_buffers``: ``CTXADMIN_PG_SHARED_BUFFERS`` when set
+    (PostgreSQL's own units, e.g. ``512MB``), else an eighth of the machine's memory between
+    128 MB (PostgreSQL's default) and 2 GB. Memory search reads whole scopes of wide rows:
+    with the default, a scope of 100,000 entries no longer fits and every search goes to the
+    operating system for its pages."""
+    configured = os.environ.get("CTXADMIN_PG_SHARED_BUFFERS", "").strip()
+    if configured:
+        if not configured.isalnum():
+            raise StackError("CTXADMIN_PG_SHARED_BUFFERS must look like 512MB or 2GB")
+        return configured
+    import psutil
+
+    megabytes = psutil.virtual_memory().total // (8 * 1024 * 1024)
+    return f"{min(max(megabytes, 128), 2048)}MB"
+
+
 @dataclass
 class EmbeddedPostgres:
     """One PostgreSQL 18 cluster in a project-local folder, listening on 127.0.0.1 only,
@@ -238,7 +255,7 @@ class EmbeddedPostgres:
             options = (
                 f"-c listen_addresses=127.0.0.1 -p {self.port} "
                 "-c unix_socket_directories='' -c max_connections=200 "
-                "-c shared_buffers=128MB"
+                f"-c shared_buffers={shared_buffers()}"
             )
             self._run(
                 [

@@ -143,3 +143,16 @@ def test_a_local_redis_starts_when_none_answers(tmp_path):
         local.stop()
     assert not stack.redis_answers(url, timeout=0.3)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_embedded_postgres_shared_buffers(monkeypatch):
+    monkeypatch.delenv("CTXADMIN_PG_SHARED_BUFFERS", raising=False)
+    default = stack.shared_buffers()
+    assert re.fullmatch(r"\d+MB", default) and 128 <= int(default[:-2]) <= 2048
+    total = psutil.virtual_memory().total // (8 * 1024 * 1024)
+    assert int(default[:-2]) == min(max(total, 128), 2048)
+    monkeypatch.setenv("CTXADMIN_PG_SHARED_BUFFERS", "512MB")
+    assert stack.shared_buffers() == "512MB"
+    monkeypatch.setenv("CTXADMIN_PG_SHARED_BUFFERS", "512MB -c fsync=off")
+    with pytest.raises(stack.StackError):
+        stack.shared_buffers()
