@@ -7,14 +7,15 @@ A section of ``make bench``, or on its own (its own service in ``var/bench-memor
                                            [--skip-langgraph]
 
 1. **LoCoMo evidence recall.** Every turn of each of the three LoCoMo dev conversations
-   (``../shared/data/locomo_dev.json``) is added through the API as one memory of one user
-   (``metadata``: its ``dia_id`` and speaker; ``idempotency_key``: the ``dia_id``; embedded
+   (``../shared/data/locomo_dev.json``) is added through the API as one memory of one user,
+   "Speaker: text" (``metadata``: its ``dia_id`` and speaker; ``idempotency_key``: the
+   ``dia_id``; embedded
    synchronously). Each question is then searched lexically, by vector and hybrid (top 25),
    and evidence recall@k is the share of the question's evidence turns among the top k,
    averaged over questions: categories 1-4 together, 5 (adversarial) apart. The baseline is
    BM25 (``bm25s``, Lucene scoring, its English stopwords and Snowball stemmer) over the same
    turns in this process. Hybrid search is also run with the ``weights``
-   ``{"lexical": 1, "vector": w}`` for each w of ``SWEEP``, to check the embedder's fusion
+   ``{"lexical": 1 - w, "vector": w}`` for each w of ``SWEEP``, to check the embedder's fusion
    weight. With the ``local`` extra installed, all of it is run again against a second
    service started with ``CTXADMIN_EMBEDDER=local`` (all-MiniLM-L6-v2, its own ``var``
    folder), beside two more baselines in this process with the same model: dense MiniLM
@@ -58,7 +59,7 @@ from bench import locomo
 
 KS = (5, 10, 25)
 DEPTH = max(KS)
-SWEEP = (0, 0.25, 0.5, 0.75, 1)
+SWEEP = (0, 0.1, 0.2, 0.3, 0.5, 0.75)
 # What the service's hybrid search fuses (``memory.services``): the top max(50, 3 * limit)
 # of each ranking, by reciprocal rank fusion with k = 60.
 FUSION_DEPTH = max(50, 3 * DEPTH)
@@ -91,13 +92,20 @@ def memories_url(api, user: str) -> str:
 
 
 def turns(sample: dict) -> list[dict]:
+    """The conversation's turns in order, each with its ``memory``: the text as it is
+    remembered, "Speaker: text" (who said a thing is part of what is recalled, and questions
+    name the speaker; the published LoCoMo retrieval figures index turns the same way)."""
     conversation = sample["conversation"]
     numbers = sorted(
         int(key.split("_")[1])
         for key in conversation
         if re.fullmatch(r"session_\d+", key) and conversation[key]
     )
-    return [turn for number in numbers for turn in conversation[f"session_{number}"]]
+    return [
+        {**turn, "memory": f"{turn['speaker']}: {turn['text']}"}
+        for number in numbers
+        for turn in conversation[f"session_{number}"]
+    ]
 
 
 def questions(sample: dict, known: set[str]) -> tuple[list[dict], int]:
@@ -126,7 +134,7 @@ def index_conversation(api, user: str, sample_turns: list[dict]) -> dict:
             "POST",
             url,
             {
-                "content": turn["text"],
+                "content": turn["memory"],
                 "metadata": {"dia_id": turn["dia_id"], "speaker": turn["speaker"]},
                 "idempotency_key": turn["dia_id"],
                 "embed": "sync",
@@ -166,7 +174,7 @@ def bm25_rankings(
     import Stemmer
 
     stemmer = Stemmer.Stemmer("english")
-    corpus = [turn["text"] for turn in sample_turns]
+    corpus = [turn["memory"] for turn in sample_turns]
     retriever = bm25s.BM25()
     retriever.index(
         bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False),
@@ -200,7 +208,7 @@ def minilm_rankings(
 
     deadline = time.monotonic() + 3600
     corpus = np.array(
-        embed_all(embedder, [turn["text"] for turn in sample_turns], deadline=deadline)
+        embed_all(embedder, [turn["memory"] for turn in sample_turns], deadline=deadline)
     )
     queries = np.array(embed_all(embedder, texts, deadline=deadline))
     rankings = []
@@ -223,7 +231,7 @@ def variants() -> dict[str, dict | None]:
     """Name → the hybrid weights (``None``: the mode's default)."""
     named: dict[str, dict | None] = {mode: None for mode in MODES}
     for weight in SWEEP:
-        named[f"hybrid_w{weight:g}"] = {"lexical": 1, "vector": weight}
+        named[f"hybrid_w{weight:g}"] = {"lexical": 1 - weight, "vector": weight}
     return named
 
 
@@ -811,11 +819,11 @@ LABELS = {
     "bm25": "BM25 (bm25s, outside the database)",
     "minilm": "MiniLM dense (cosine, outside the database)",
     "bm25_minilm_rrf": "BM25 + MiniLM, RRF k = 60 (outside the database)",
-    "lexical": "lexical (full text, `ts_rank`)",
+    "lexical": "lexical (full text, BM25 with the scope's statistics)",
     "vector": "vector (cosine), {model}",
-    "hybrid": "hybrid (RRF, default weights), {model}",
+    "hybrid": "hybrid (the embedder's default fusion), {model}",
     "local_vector": "vector (cosine), {local}",
-    "local_hybrid": "hybrid (RRF, default weights), {local}",
+    "local_hybrid": "hybrid (the embedder's default fusion), {local}",
 }
 
 
@@ -832,7 +840,7 @@ def _sweep_rows(table: dict, prefix: str, default: float | None, passing: list) 
     of ``passing`` (``{group: [weights]}``)."""
     rows = []
     for weight in SWEEP:
-        mark = " (default)" if default is not None and weight == default else ""
+        mark = " (default)" if default and weight == default else ""
         cells = " | ".join(
             _recall_cells(table, f"{prefix}hybrid_w{weight:g}", group)
             + "".join(f" | {_met(weight in weights[group])}" for weights in passing)
@@ -874,7 +882,7 @@ def _locomo_report(results: dict) -> str:
             f"| {label}: lexical >= BM25 at every k | {_met(found['lexical_ge_bm25'])} |"
         )
         targets.append(
-            f"| {label}: hybrid (default weights) >= lexical at every k | "
+            f"| {label}: hybrid (default fusion) >= lexical at every k | "
             f"{_met(found['hybrid_ge_lexical'])} |"
         )
         targets.append(
@@ -883,11 +891,11 @@ def _locomo_report(results: dict) -> str:
         )
         if has_local:
             targets.append(
-                f"| {label}: hybrid with local (default weights) >= BM25 + MiniLM RRF at "
+                f"| {label}: hybrid with local (default fusion) >= BM25 + MiniLM RRF at "
                 f"every k | {_met(found['local_hybrid_ge_rrf'])} |"
             )
             targets.append(
-                f"| {label}: hybrid with local (default weights) >= lexical at every k | "
+                f"| {label}: hybrid with local (default fusion) >= lexical at every k | "
                 f"{_met(found['local_hybrid_ge_lexical'])} |"
             )
             for key, other in (
@@ -899,6 +907,8 @@ def _locomo_report(results: dict) -> str:
                     f"{', '.join(f'{w:g}' for w in found[key]) or 'none'} |"
                 )
     default_text = "the embedder's own" if default is None else f"{default:g}"
+    if default == 0:
+        default_text += " (its vector ranking only fills what the lexical ranking leaves empty)"
     if has_local:
         local_weight = local["default_vector_weight"]
         weight_text = "the embedder's own" if local_weight is None else f"{local_weight:g}"
@@ -908,12 +918,12 @@ def _locomo_report(results: dict) -> str:
         local_refused = sum(len(c["refused"]) for c in local_conversations)
         local_text = f"""The same run against a second service started with
 `CTXADMIN_EMBEDDER=local` (its own database): embedder `{local["embedding_model"]}`,
-all-MiniLM-L6-v2 in the service's processes, whose vector weight in hybrid fusion is
-{weight_text} ({local_adds} adds/s, {local_searches} searches/s; {local_refused} turns
-refused). Its lexical search is the same as the first service's. Two baselines use the same
-model in this process: dense MiniLM (the question's cosine similarity with every turn of its
-conversation) and BM25 + MiniLM, reciprocal rank fusion (k = {RRF_K}, equal weights) of the
-top {FUSION_DEPTH} of each, as the service fuses its own rankings."""
+all-MiniLM-L6-v2 in the service's processes, fused by default by weighted score fusion
+with vector weight {weight_text} ({local_adds} adds/s, {local_searches} searches/s;
+{local_refused} turns refused). Its lexical search is the same as the first service's. Two
+baselines use the same model in this process: dense MiniLM (the question's cosine
+similarity with every turn of its conversation) and BM25 + MiniLM, reciprocal rank fusion
+(k = {RRF_K}, equal weights) of the top {FUSION_DEPTH} of each."""
         passing = [
             {group: checks[group][key] for group in GROUPS}
             for key in ("local_passing_vector_weights", "local_vector_weights_ge_rrf")
@@ -924,7 +934,8 @@ top {FUSION_DEPTH} of each, as the service fuses its own rankings."""
             for column in (*(f"@{k}" for k in KS), ">= lexical", ">= RRF")
         ]
         local_sweep = f"""
-Hybrid with the local embedder and `weights` `{{"lexical": 1, "vector": w}}` (">= lexical",
+Hybrid with the local embedder and `weights` `{{"lexical": 1 - w, "vector": w}}` (weighted
+score fusion; ">= lexical",
 ">= RRF": recall at every k at least lexical's, at least BM25 + MiniLM RRF's):
 
 | {" | ".join(head)} |
@@ -937,13 +948,14 @@ Hybrid with the local embedder and `weights` `{{"lexical": 1, "vector": w}}` (">
         local_sweep = ""
     return f"""### LoCoMo evidence recall
 
-Each turn of the three LoCoMo dev conversations is one memory of one user (added through the
-API, one request each, embedded synchronously: {adds} adds/s, median of the conversations;
-{refused} turns refused). Every question with evidence ({count["1-4"]} of categories 1-4,
-{count["5"]} of category 5) is searched with each mode (limit {DEPTH}); evidence recall@k is
-the share of its evidence turns among the top k, averaged over the questions
-({searches} searches/s). Embedder: `{results["embedding_model"]}`, whose vector weight in
-hybrid fusion is {default_text}. BM25 runs on the same turns in this process (`bm25s`:
+Each turn of the three LoCoMo dev conversations is one memory of one user, "Speaker: text"
+(added through the API, one request each, embedded synchronously: {adds} adds/s, median of
+the conversations; {refused} turns refused). Every question with evidence
+({count["1-4"]} of categories 1-4, {count["5"]} of category 5) is searched with each mode
+(limit {DEPTH}); evidence recall@k is the share of its evidence turns among the top k,
+averaged over the questions
+({searches} searches/s). Embedder: `{results["embedding_model"]}`, whose default vector
+weight in hybrid fusion is {default_text}. BM25 runs on the same turns in this process (`bm25s`:
 Lucene scoring, k1 = 1.5, b = 0.75, its English stopwords and the Snowball stemmer; turns
 scoring 0 are not retrieved).
 
@@ -953,8 +965,9 @@ scoring 0 are not retrieved).
 | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
 
-Hybrid with `weights` `{{"lexical": 1, "vector": w}}`, embedder `{results["embedding_model"]}`
-(w = 0 is lexical alone; "passes": recall at every k at least lexical's):
+Hybrid with `weights` `{{"lexical": 1 - w, "vector": w}}` (weighted score fusion), embedder
+`{results["embedding_model"]}` (w = 0 is lexical alone; "passes": recall at every k at least
+lexical's):
 
 | w | 1-4 @5 | 1-4 @10 | 1-4 @25 | 1-4 passes | 5 @5 | 5 @10 | 5 @25 | 5 passes |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- |

@@ -474,6 +474,8 @@ def parse_search(body: Any) -> SearchRequest:
                 raise invalid(f"weights.{name}", "must be a number from 0 to 100")
         if mode != "hybrid":
             raise invalid("weights", "apply to hybrid search only")
+        if not any(weights.values()):
+            raise invalid("weights", "must not all be 0")
     try:
         sql, params = memory_filters.compile_filter(body.get("filter"))
     except memory_filters.FilterError as exc:
@@ -684,20 +686,66 @@ def _scope_is_small(app: App, user_id: str) -> bool:
     return row is None or row[0] <= EXACT_SEARCH_MAX
 
 
-def fusion_weights(request: SearchRequest) -> dict[str, float]:
-    """The given weights, else the embedder's calibration (a weak embedder counts less, or,
-    at 0, only fills what lexical search leaves empty: hybrid never does worse than lexical
-    alone)."""
+@dataclass(frozen=True)
+class Fusion:
+    """How a hybrid search combines its two rankings: ``fill`` (the lexical ranking, then
+    the vector ranking's other entries where it leaves room), ``rrf`` (reciprocal rank
+    fusion) or ``weighted`` (each ranking's scores min-max normalised over its top
+    ``depth``, then weighted and summed; an entry absent from a ranking scores 0 there)."""
+
+    method: str
+    lexical: float = 1.0
+    vector: float = 1.0
+
+
+def fusion_for(request: SearchRequest) -> Fusion:
+    """Weighted score fusion with the request's ``weights``; else the embedder's measured
+    calibration (``Embedder.fusion_weight``), and reciprocal rank fusion for one not
+    measured. A weak embedder weighs less, or only fills: hybrid search is never worse than
+    lexical search alone."""
     if request.weights is not None:
-        return {"lexical": 1.0, "vector": 1.0, **request.weights}
+        return Fusion("weighted", **{"lexical": 1.0, "vector": 1.0, **request.weights})
     from memory import embeddings
 
-    embedder = embeddings.embedder_from_settings()
-    return {"lexical": 1.0, "vector": getattr(embedder, "fusion_weight", 1.0)}
+    weight = getattr(embeddings.embedder_from_settings(), "fusion_weight", None)
+    if weight is None:
+        return Fusion("rrf")
+    if weight == 0:
+        return Fusion("fill")
+    return Fusion("weighted", lexical=1.0 - weight, vector=weight)
+
+
+def _normalised(rows: list[tuple]) -> dict[str, float]:
+    """Scores mapped onto 0..1 by min-max over the ranking (all 1 when they are equal)."""
+    if not rows:
+        return {}
+    scores = [float(score) for _id, score in rows]
+    high, low = max(scores), min(scores)
+    span = high - low
+    return {
+        entry_id: (float(score) - low) / span if span else 1.0 for entry_id, score in rows
+    }
+
+
+def _fused(app: App, user_id: str, request: SearchRequest, fusion: Fusion) -> list[tuple]:
+    depth = max(50, request.limit * 3)
+    lexical = _lexical(app, user_id, request, depth) if fusion.lexical else []
+    vector = _vector(app, user_id, request, depth) if fusion.vector else []
+    fused: dict[str, float] = {}
+    if fusion.method == "rrf":
+        for weight, rows in ((fusion.lexical, lexical), (fusion.vector, vector)):
+            for rank, (entry_id, _score) in enumerate(rows, start=1):
+                fused[entry_id] = fused.get(entry_id, 0.0) + weight / (RRF_K + rank)
+    else:
+        for weight, rows in ((fusion.lexical, lexical), (fusion.vector, vector)):
+            for entry_id, score in _normalised(rows).items():
+                fused[entry_id] = fused.get(entry_id, 0.0) + weight * score
+    # Stable: equal scores keep the lexical ranking's order, then the vector ranking's.
+    return sorted(fused.items(), key=lambda item: -item[1])[: request.limit]
 
 
 def _lexical_then_vector(app: App, user_id: str, request: SearchRequest) -> list[tuple]:
-    """Hybrid search with an embedder that does not rank (fusion weight 0): the lexical
+    """Hybrid search with an embedder that only fills (fusion weight 0): the lexical
     ranking, then, only where it holds fewer than ``limit`` entries, the vector ranking's
     entries it does not hold; scored on the RRF scale, rank by rank."""
     found = [entry_id for entry_id, _score in _lexical(app, user_id, request, request.limit)]
@@ -719,6 +767,7 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
     requires the user's consent and it is not granted."""
     governance.require_read_consent(app, user_id)
     started = time.perf_counter()
+    score_type = {"lexical": "bm25", "vector": "cosine"}.get(request.mode, "")
     if request.mode == "lexical":
         ranked = [
             (entry_id, float(score))
@@ -729,22 +778,16 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
             (entry_id, float(score))
             for entry_id, score in _vector(app, user_id, request, request.limit)
         ]
-    elif request.weights is None and fusion_weights(request)["vector"] == 0:
-        ranked = _lexical_then_vector(app, user_id, request)
     else:
-        depth = max(50, request.limit * 3)
-        weights = fusion_weights(request)
-        fused: dict[str, float] = {}
-        for name, rows in (
-            ("lexical", _lexical(app, user_id, request, depth) if weights["lexical"] else []),
-            ("vector", _vector(app, user_id, request, depth) if weights["vector"] else []),
-        ):
-            for rank, (entry_id, _score) in enumerate(rows, start=1):
-                fused[entry_id] = fused.get(entry_id, 0.0) + weights[name] / (RRF_K + rank)
-        ranked = sorted(fused.items(), key=lambda item: -item[1])[: request.limit]
+        fusion = fusion_for(request)
+        if fusion.method == "fill":
+            ranked = _lexical_then_vector(app, user_id, request)
+        else:
+            ranked = _fused(app, user_id, request, fusion)
+        score_type = "weighted" if fusion.method == "weighted" else "rrf"
     if request.min_score is not None:
         ranked = [(entry_id, score) for entry_id, score in ranked if score >= request.min_score]
-    hits = _hits(app, user_id, ranked, request.mode)
+    hits = _hits(app, user_id, ranked, score_type)
     logger.info(
         "memory_search",
         extra={
@@ -757,7 +800,9 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
     return hits
 
 
-def _hits(app: App, user_id: str, ranked: list[tuple[str, float]], mode: str) -> list[dict]:
+def _hits(
+    app: App, user_id: str, ranked: list[tuple[str, float]], score_type: str
+) -> list[dict]:
     if not ranked:
         return []
     with connection.cursor() as cursor:
@@ -780,7 +825,7 @@ def _hits(app: App, user_id: str, ranked: list[tuple[str, float]], mode: str) ->
                 "id": entry_id,
                 "content": content,
                 "score": round(score, 6),
-                "score_type": {"lexical": "bm25", "vector": "cosine", "hybrid": "rrf"}[mode],
+                "score_type": score_type,
                 "timestamp": source_ts or created,
                 "metadata": decode(metadata),
                 "provenance": {

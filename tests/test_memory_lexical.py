@@ -235,9 +235,59 @@ class TestHybridWithTheHashingEmbedder:
     def test_explicit_weights_fuse_both_rankings(self, api):
         add(api, content="we adopted a dalmatian puppy")
         hits = search(api, query="dalmation", weights={"lexical": 1, "vector": 1}, limit=1)
-        assert len(hits["hits"]) == 1 and hits["hits"][0]["score_type"] == "rrf"
+        assert len(hits["hits"]) == 1 and hits["hits"][0]["score_type"] == "weighted"
         none = search(api, query="dalmation", weights={"lexical": 1, "vector": 0}, limit=1)
         assert none["hits"] == []
+        result = api.post(
+            f"{url()}/search",
+            {"query": "x", "weights": {"lexical": 0, "vector": 0}},
+            format="json",
+        )
+        assert result.status_code == 400
+        assert result.json()["error"]["details"]["field"] == "weights"
+
+    def test_weighted_fusion_sums_min_max_normalised_scores(self, api):
+        texts = [
+            "the puppy chewed my slippers",
+            "a puppy and a kitten",
+            "slippers by the door",
+            "kitten videos all evening",
+            "the garden needs water",
+        ]
+        for text in texts:
+            add(api, content=text)
+        query = "puppy slippers"
+
+        def normalised(mode):
+            hits = search(api, query=query, mode=mode, limit=50)["hits"]
+            scores = {hit["id"]: hit["score"] for hit in hits}
+            high, low = max(scores.values()), min(scores.values())
+            return {key: (value - low) / (high - low) for key, value in scores.items()}
+
+        lexical, vector = normalised("lexical"), normalised("vector")
+        expected = {
+            key: 0.25 * lexical.get(key, 0) + 0.75 * vector.get(key, 0)
+            for key in {*lexical, *vector}
+        }
+        hybrid = search(api, query=query, weights={"lexical": 0.25, "vector": 0.75}, limit=5)
+        got = {hit["id"]: hit["score"] for hit in hybrid["hits"]}
+        assert got == pytest.approx(expected, abs=1e-5)
+        assert ids(hybrid) == sorted(expected, key=lambda key: -expected[key])
+
+
+def test_each_embedder_s_default_fusion(settings):
+    from memory.embeddings import LocalEmbedder
+    from tests.test_embeddings import LOCAL_INSTALLED
+
+    request = services.parse_search({"query": "q"})
+    settings.CTXADMIN_EMBEDDER = "hashing"
+    assert services.fusion_for(request) == services.Fusion("fill")
+    if LOCAL_INSTALLED:
+        settings.CTXADMIN_EMBEDDER = "local"
+        assert LocalEmbedder.fusion_weight == 0.3
+        assert services.fusion_for(request) == services.Fusion("weighted", 0.7, 0.3)
+    weighted = services.parse_search({"query": "q", "weights": {"vector": 2}})
+    assert services.fusion_for(weighted) == services.Fusion("weighted", 1.0, 2.0)
 
 
 @pytest.mark.django_db

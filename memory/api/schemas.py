@@ -96,7 +96,7 @@ COMPONENTS = {
                         "id": {"type": "string", "format": "uuid"},
                         "content": {"type": "string"},
                         "score": {"type": "number"},
-                        "score_type": {"enum": ["bm25", "cosine", "rrf"]},
+                        "score_type": {"enum": ["bm25", "cosine", "rrf", "weighted"]},
                         "timestamp": {"type": "string", "format": "date-time"},
                         "metadata": _OBJECT,
                         "provenance": _PROVENANCE,
