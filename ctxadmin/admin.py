@@ -13,6 +13,22 @@ admin.site.site_title = "ctxadmin console"
 admin.site.index_title = "Operations"
 
 
+class MachineOwnedAdmin(admin.ModelAdmin):
+    """Rows the service writes (through its own services, with their validation and
+    receipts): operators look, never add, edit or delete."""
+
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(App)
 class AppAdmin(admin.ModelAdmin):
     list_display = ["name", "display_name", "active_keys", "created_at"]

@@ -8,6 +8,7 @@ from django.core.paginator import Paginator
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils.functional import cached_property
 
+from ctxadmin.admin import MachineOwnedAdmin
 from memory.embeddings import embedder_from_settings
 from memory.governance import scope_fingerprint
 from memory.models import (
@@ -39,24 +40,23 @@ class CappedCountPaginator(Paginator):
         return self.counted > self.cap
 
 
-class _ReadOnly(admin.ModelAdmin):
+class _ReadOnly(MachineOwnedAdmin):
     """Memory rows change only through the API's services (validation, retention, holds,
-    receipts): operators look, never add, edit or delete."""
+    receipts). By default a page shows its list's columns and nothing else, by app."""
 
     paginator = CappedCountPaginator
-    show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     # Every sortable column but the default ordering would be a sort of the whole table.
     sortable_by = ()
+    list_select_related = ["app"]
+    list_filter = ["app"]
+    ordering = ["-id"]
 
-    def has_add_permission(self, request):
-        return False
+    def get_fields(self, request, obj=None):
+        return self.fields or self.list_display
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+    def get_readonly_fields(self, request, obj=None):
+        return self.get_fields(request, obj)
 
 
 class EmbeddedFilter(admin.SimpleListFilter):
@@ -115,7 +115,6 @@ class MemoryEntryAdmin(_ReadOnly):
         "expires_at",
         "retain_until",
     ]
-    list_select_related = ["app"]
     list_filter = ["app", EmbeddedFilter, EmbeddingModelFilter]
     # The primary key is the one index that serves an unfiltered ORDER BY … LIMIT here.
     ordering = ["id"]
@@ -138,7 +137,6 @@ class MemoryEntryAdmin(_ReadOnly):
         "expires_at",
         "retain_until",
     ]
-    readonly_fields = fields
 
     def get_queryset(self, request):
         return (
@@ -197,42 +195,24 @@ class MemoryPolicyAdmin(_ReadOnly):
         "updated_at",
         "updated_by",
     ]
-    list_select_related = ["app"]
     ordering = ["app__name"]
-    fields = list_display
-    readonly_fields = fields
 
 
 @admin.register(Consent)
 class ConsentAdmin(_ReadOnly):
     list_display = ["id", "app", "user_id", "granted", "updated_at", "updated_by"]
-    list_select_related = ["app"]
-    list_filter = ["app"]
-    ordering = ["-id"]
-    fields = list_display
-    readonly_fields = fields
 
 
 @admin.register(LegalHold)
 class LegalHoldAdmin(_ReadOnly):
     list_display = ["id", "app", "user_id", "created_at", "created_by"]
-    list_select_related = ["app"]
-    list_filter = ["app"]
-    ordering = ["-id"]
-    fields = list_display
-    readonly_fields = fields
 
 
 @admin.register(ErasureEpoch)
 class ErasureEpochAdmin(_ReadOnly):
     list_display = ["id", "app", "scope_fingerprint", "epoch", "updated_at"]
-    list_select_related = ["app"]
-    list_filter = ["app"]
-    ordering = ["-id"]
     search_fields = ["scope_fingerprint__exact"]
     search_help_text = "A scope fingerprint (a memory's page shows its scope's)."
-    fields = list_display
-    readonly_fields = fields
 
 
 @admin.register(ErasureReceipt)
@@ -248,7 +228,6 @@ class ErasureReceiptAdmin(_ReadOnly):
         "erasure_epoch",
         "created_at",
     ]
-    list_select_related = ["app"]
     list_filter = ["app", "kind"]
     ordering = ["-created_at", "-id"]
     search_fields = ["scope_fingerprint__exact", "target_fingerprint__exact"]
@@ -264,4 +243,3 @@ class ErasureReceiptAdmin(_ReadOnly):
         "erasure_epoch",
         "created_at",
     ]
-    readonly_fields = fields

@@ -7,6 +7,7 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils.html import format_html
 
+from ctxadmin.admin import MachineOwnedAdmin
 from sessions_app.compaction.policy import TRIGGERS
 from sessions_app.models import AppCompactionPolicy, Checkpoint, CompactionState, Session
 
@@ -75,27 +76,12 @@ def _checkpoint_link(checkpoint_id) -> str:
     return format_html('<a href="{}">{}</a>', url, checkpoint_id)
 
 
-class _MachineOwned(admin.ModelAdmin):
-    """Rows the service writes: operators look, never add, edit or delete."""
-
-    show_full_result_count = False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
 def _session_ids(session_pk: int, user_id: str, session_id: str, app_id: int) -> str:
     return f"#{session_pk} (app {app_id}, user {user_id}, session {session_id})"
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(_MachineOwned):
+class CheckpointAdmin(MachineOwnedAdmin):
     """Compactions by their ids, ranges and numbers: never the summary or its items."""
 
     list_display = [
@@ -182,7 +168,7 @@ class CheckpointAdmin(_MachineOwned):
 
 
 @admin.register(CompactionState)
-class CompactionStateAdmin(_MachineOwned):
+class CompactionStateAdmin(MachineOwnedAdmin):
     """Automatic-compaction bookkeeping per session: backoff and check counters."""
 
     list_display = [
@@ -214,7 +200,7 @@ class CompactionStateAdmin(_MachineOwned):
 
 
 @admin.register(AppCompactionPolicy)
-class AppCompactionPolicyAdmin(_MachineOwned):
+class AppCompactionPolicyAdmin(MachineOwnedAdmin):
     """Apps' default compaction policies (set through the API, where they are validated)."""
 
     list_display = ["app", "automatic", "summarizer", "retention", "updated_at"]

@@ -17,8 +17,8 @@ _TERMS = """
      GROUP BY 1, 2, 3
 """
 _SCOPES = """
-    SELECT app_id, user_id, count(*) AS n, sum(length(search)) AS lexemes
-      FROM {rows}
+    SELECT r.app_id, r.user_id, count(*) AS n, sum(length(r.search)) AS lexemes
+      FROM {rows} r
      GROUP BY 1, 2
 """
 
@@ -38,7 +38,7 @@ def _add(rows: str) -> str:
 def _remove(rows: str) -> str:
     return f"""
     PERFORM 1 FROM memory_scopestats s
-      WHERE (s.app_id, s.user_id) IN (SELECT app_id, user_id FROM {rows})
+      WHERE (s.app_id, s.user_id) IN (SELECT r.app_id, r.user_id FROM {rows} r)
       ORDER BY s.app_id, s.user_id FOR UPDATE;
     DELETE FROM memory_scopestats s USING ({_SCOPES.format(rows=rows)}) r
      WHERE (s.app_id, s.user_id) = (r.app_id, r.user_id) AND s.entries <= r.n;
@@ -86,9 +86,7 @@ CREATE TRIGGER memory_stats_rewritten AFTER UPDATE OF search, app_id, user_id
     EXECUTE FUNCTION memory_stats_rewritten();
 """
 
-BACKFILL = f"""
-DO $$ BEGIN {_add("memory_memoryentry")} END $$;
-"""
+BACKFILL = _add("memory_memoryentry")
 
 DROP = """
 DROP TRIGGER IF EXISTS memory_stats_rewritten ON memory_memoryentry;
