@@ -300,3 +300,31 @@ def test_vectors_stay_in_the_row_and_the_text_index_leads_with_the_scope():
         assert cursor.fetchone() == ("p",)
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_scope_search'")
         assert "gin (app_id, user_id, search)" in cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_statistics_migration_counts_the_entries_already_there():
+    """Migrating back past the statistics drops them with their triggers; migrating forward
+    again counts the entries written meanwhile, and the triggers keep counting after."""
+    from django.core.management import call_command
+
+    tenant = make_tenant("acme")
+    client = tenant.client()
+    add(client, content="first memory about sailing")
+    call_command("migrate", "memory", "0002", verbosity=0)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO memory_memoryentry (id, app_id, user_id, content, content_sha256, "
+                "metadata, search, content_bytes) VALUES (gen_random_uuid(), %s, 'bob', "
+                "'written without triggers', '', '{}', "
+                "to_tsvector('english', 'written without triggers'), 24)",
+                [tenant.app.pk],
+            )
+    finally:
+        call_command("migrate", "memory", verbosity=0)
+    assert_statistics_hold()
+    add(client, user="bob", content="sailing again")
+    assert_statistics_hold()
+    hits = search(client, user="bob", query="sailing triggers", mode="lexical")
+    assert len(hits["hits"]) == 2
