@@ -623,12 +623,16 @@ def _lexical(app: App, user_id: str, request: SearchRequest, depth: int) -> list
     return rows
 
 
-def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[tuple]:
-    """Cosine distance over the HNSW index, inside the scope. Iterative index scans keep
-    going until ``depth`` rows of this scope are found, however small it is in the table."""
+def _vector(
+    app: App, user_id: str, request: SearchRequest, depth: int, embedder=None
+) -> list[tuple]:
+    """Cosine distance inside the scope, among the entries the configured embedder embedded
+    (a vector of another model is never compared). Exact in a small scope; else over the
+    HNSW index, whose iterative scans keep going until ``depth`` rows of this scope are
+    found, however small it is in the table."""
     from memory import embeddings
 
-    embedder = embeddings.embedder_from_settings()
+    embedder = embedder or embeddings.embedder_from_settings()
     try:
         vector = embeddings.embed_all(
             embedder,
@@ -649,12 +653,12 @@ def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[
                 f"""
                 SELECT id::text, 1 - (embedding <=> %s::vector) AS score
                   FROM memory_memoryentry
-                 WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL AND {LIVE}
-                   AND ({request.filter_sql})
+                 WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL
+                   AND embedding_model = %s AND {LIVE} AND ({request.filter_sql})
                  ORDER BY (embedding <=> %s::vector) + 0
                  LIMIT %s
                 """,  # noqa: S608 - the filter is compiled with placeholders only
-                [text, app.pk, user_id, *request.filter_params, text, depth],
+                [text, app.pk, user_id, embedder.name, *request.filter_params, text, depth],
             )
             return cursor.fetchall()
     with transaction.atomic(), connection.cursor() as cursor:
@@ -667,12 +671,12 @@ def _vector(app: App, user_id: str, request: SearchRequest, depth: int) -> list[
             f"""
             SELECT id::text, 1 - (embedding <=> %s::vector) AS score
               FROM memory_memoryentry
-             WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL AND {LIVE}
-               AND ({request.filter_sql})
+             WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL
+               AND embedding_model = %s AND {LIVE} AND ({request.filter_sql})
              ORDER BY embedding <=> %s::vector
              LIMIT %s
             """,  # noqa: S608 - the filter is compiled with placeholders only
-            [text, app.pk, user_id, *request.filter_params, text, depth],
+            [text, app.pk, user_id, embedder.name, *request.filter_params, text, depth],
         )
         rows = cursor.fetchall()
     return sorted(rows, key=lambda row: -row[1])  # relaxed order: exact order by score
@@ -702,7 +706,7 @@ class Fusion:
     vector: float = 1.0
 
 
-def fusion_for(request: SearchRequest) -> Fusion:
+def fusion_for(request: SearchRequest, embedder=None) -> Fusion:
     """Weighted score fusion with the request's ``weights``; else the embedder's measured
     calibration (``Embedder.fusion_weight``), and reciprocal rank fusion for one not
     measured. A weak embedder weighs less, or only fills: hybrid search is never worse than
@@ -711,7 +715,8 @@ def fusion_for(request: SearchRequest) -> Fusion:
         return Fusion("weighted", **{"lexical": 1.0, "vector": 1.0, **request.weights})
     from memory import embeddings
 
-    weight = getattr(embeddings.embedder_from_settings(), "fusion_weight", None)
+    embedder = embedder or embeddings.embedder_from_settings()
+    weight = getattr(embedder, "fusion_weight", None)
     if weight is None:
         return Fusion("rrf")
     if weight == 0:
@@ -731,10 +736,12 @@ def _normalised(rows: list[tuple]) -> dict[str, float]:
     }
 
 
-def _fused(app: App, user_id: str, request: SearchRequest, fusion: Fusion) -> list[tuple]:
+def _fused(
+    app: App, user_id: str, request: SearchRequest, fusion: Fusion, embedder
+) -> list[tuple]:
     depth = max(50, request.limit * 3)
     lexical = _lexical(app, user_id, request, depth) if fusion.lexical else []
-    vector = _vector(app, user_id, request, depth) if fusion.vector else []
+    vector = _vector(app, user_id, request, depth, embedder) if fusion.vector else []
     fused: dict[str, float] = {}
     if fusion.method == "rrf":
         for weight, rows in ((fusion.lexical, lexical), (fusion.vector, vector)):
@@ -748,7 +755,9 @@ def _fused(app: App, user_id: str, request: SearchRequest, fusion: Fusion) -> li
     return sorted(fused.items(), key=lambda item: -item[1])[: request.limit]
 
 
-def _lexical_then_vector(app: App, user_id: str, request: SearchRequest) -> list[tuple]:
+def _lexical_then_vector(
+    app: App, user_id: str, request: SearchRequest, embedder
+) -> list[tuple]:
     """Hybrid search with an embedder that only fills (fusion weight 0): the lexical
     ranking, then, only where it holds fewer than ``limit`` entries, the vector ranking's
     entries it does not hold; scored on the RRF scale, rank by rank."""
@@ -757,7 +766,7 @@ def _lexical_then_vector(app: App, user_id: str, request: SearchRequest) -> list
         held = set(found)
         found += [
             entry_id
-            for entry_id, _score in _vector(app, user_id, request, request.limit)
+            for entry_id, _score in _vector(app, user_id, request, request.limit, embedder)
             if entry_id not in held
         ]
     return [
@@ -783,11 +792,14 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
             for entry_id, score in _vector(app, user_id, request, request.limit)
         ]
     else:
-        fusion = fusion_for(request)
+        from memory import embeddings
+
+        embedder = embeddings.embedder_from_settings()  # once: an HTTP one is built per call
+        fusion = fusion_for(request, embedder)
         if fusion.method == "fill":
-            ranked = _lexical_then_vector(app, user_id, request)
+            ranked = _lexical_then_vector(app, user_id, request, embedder)
         else:
-            ranked = _fused(app, user_id, request, fusion)
+            ranked = _fused(app, user_id, request, fusion, embedder)
         score_type = "weighted" if fusion.method == "weighted" else "rrf"
     if request.min_score is not None:
         ranked = [(entry_id, score) for entry_id, score in ranked if score >= request.min_score]

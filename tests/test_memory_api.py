@@ -402,3 +402,17 @@ def test_the_embedding_dimension_is_checked(settings):
     assert check_embedding_dimension() == []
     settings.CTXADMIN_EMBEDDING_DIMENSION = 768
     assert [e.id for e in check_embedding_dimension()] == ["ctxadmin.E005"]
+
+
+@pytest.mark.django_db
+def test_vectors_of_another_embedder_are_never_compared(api):
+    """After a change of embedder, entries still holding the old model's vectors are not
+    ranked against the new model's query vector (until ``reembed`` redoes them)."""
+    kept = add(api, content="sailing on the lake at dawn")
+    stale = add(api, content="sailing on the lake at dusk")
+    MemoryEntry.objects.filter(id=stale["id"]).update(embedding_model="another-model-384")
+    hits = search(api, query="sailing on the lake", mode="vector", limit=10)["hits"]
+    assert [hit["id"] for hit in hits] == [kept["id"]]
+    # Still found lexically, so hybrid search keeps it.
+    hybrid = search(api, query="sailing on the lake", limit=10)["hits"]
+    assert {hit["id"] for hit in hybrid} == {kept["id"], stale["id"]}
