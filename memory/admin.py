@@ -142,21 +142,8 @@ class MemoryEntryAdmin(_ReadOnly):
         return (
             super()
             .get_queryset(request)
-            .only(
-                "id",
-                "app",
-                "user_id",
-                "content_bytes",
-                "content_sha256",
-                "embedding_model",
-                "session_id",
-                "event_id",
-                "source_timestamp",
-                "created_at",
-                "updated_at",
-                "expires_at",
-                "retain_until",
-            )
+            # The page's own columns only: never content, metadata, key, tsvector, vector.
+            .only(*(name for name in self.fields if name not in ("scope", "embedded")))
             .annotate(
                 _embedded=ExpressionWrapper(Q(embedding__isnull=False), output_field=BooleanField())
             )
