@@ -48,7 +48,13 @@ import httpx
 from django.core.exceptions import ImproperlyConfigured
 
 from ctxadmin.providers.base import ProviderConnection, parse_retry_after
-from ctxadmin.providers.transport import CodedError, endpoint, read_capped, shared_client
+from ctxadmin.providers.transport import (
+    CodedError,
+    elapsed_ms,
+    endpoint,
+    read_capped,
+    shared_client,
+)
 
 logger = logging.getLogger("ctxadmin.embeddings")
 
@@ -579,7 +585,7 @@ class _HttpEmbedder(Embedder):
                     **fields,
                     "code": exc.code,
                     "status": exc.status,
-                    "duration_ms": _elapsed_ms(started),
+                    "duration_ms": elapsed_ms(started),
                 },
             )
             raise
@@ -588,7 +594,7 @@ class _HttpEmbedder(Embedder):
             extra={
                 **fields,
                 "status": reply.status,
-                "duration_ms": _elapsed_ms(started),
+                "duration_ms": elapsed_ms(started),
                 "request_bytes": reply.request_bytes,
                 "response_bytes": reply.response_bytes,
                 "input_tokens": self._tokens(reply.envelope),
@@ -698,10 +704,6 @@ class GeminiEmbedder(_HttpEmbedder):
         if not all(isinstance(item, dict) and "values" in item for item in embeddings):
             raise _bad("embedding without values", status)
         return [item["values"] for item in embeddings]
-
-
-def _elapsed_ms(started: float) -> int:
-    return round((time.monotonic() - started) * 1000)
 
 
 # --------------------------------------------------------------------------- local model

@@ -25,7 +25,7 @@ from urllib.parse import quote
 import httpx
 
 from ctxadmin.providers.base import Completion, ProviderConnection, ProviderError, parse_retry_after
-from ctxadmin.providers.transport import endpoint, read_capped, shared_client
+from ctxadmin.providers.transport import elapsed_ms, endpoint, read_capped, shared_client
 
 logger = logging.getLogger("ctxadmin.providers")
 
@@ -115,7 +115,7 @@ def complete_json(
                 **fields,
                 "code": exc.code,
                 "status": exc.status,
-                "duration_ms": _elapsed_ms(started),
+                "duration_ms": elapsed_ms(started),
             },
         )
         raise
@@ -124,7 +124,7 @@ def complete_json(
         extra={
             **fields,
             "status": status,
-            "duration_ms": _elapsed_ms(started),
+            "duration_ms": elapsed_ms(started),
             "request_bytes": sizes[0],
             "response_bytes": sizes[1],
             "output_bytes": output_bytes,
@@ -488,7 +488,3 @@ _WIRE_FORMATS: dict[
     "openai_compatible": (_openai_request, _openai_parse),
     "anthropic": (_anthropic_request, _anthropic_parse),
 }
-
-
-def _elapsed_ms(started: float) -> int:
-    return round((time.monotonic() - started) * 1000)

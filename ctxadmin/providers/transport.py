@@ -103,3 +103,8 @@ def read_capped(
             raise timed_out()
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def elapsed_ms(started: float) -> int:
+    """Milliseconds since ``started`` (a ``time.monotonic()`` reading), for call logs."""
+    return round((time.monotonic() - started) * 1000)
