@@ -454,7 +454,7 @@ def _embedder():
 
 
 def vector_text(text: str) -> str:
-    """As the service sends a vector (``memory.services._vector_text``)."""
+    """As the service sends a vector (``memory.services.vector_text``)."""
     return "[" + ",".join(repr(float(x)) for x in _embedder().vector(text)) + "]"
 
 
@@ -1039,7 +1039,7 @@ warm-up calls), and the service's own time for the same searches ("server": the 
 
 | target | met |
 | --- | --- |
-| hybrid p95 through the API <= {HYBRID_P95_TARGET_MS} ms at {largest['scope_rows']:,} entries \
+| hybrid p95 through the API <= {HYBRID_P95_TARGET_MS} ms at {largest["scope_rows"]:,} entries \
 ({largest["latency_ms"]["hybrid"]["p95"]} ms) | \
 {_met(largest["latency_ms"]["hybrid"]["p95"] <= HYBRID_P95_TARGET_MS)} |
 

@@ -8,7 +8,6 @@ transaction that wrote the row has committed.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import uuid
@@ -64,18 +63,36 @@ class IdOnlyTask(DjangoTask):
         the periodic sweeper re-drives it.
         """
         check_id_arguments(args, kwargs)
-        transaction.on_commit(functools.partial(self.apply_async, args, kwargs), robust=True)
+
+        def publish() -> None:
+            # A named function: Django logs a robust callback's failure by its __qualname__
+            # (a functools.partial has none, and the logging itself would raise).
+            self.apply_async(args, kwargs)
+
+        publish.__qualname__ = f"publish {self.name}"
+        transaction.on_commit(publish, robust=True)
 
 
 app = Celery("ctxadmin", task_cls=IdOnlyTask)
 app.config_from_object("django.conf:settings", namespace="CELERY")
+
 
 # Periodic work, declared in code; each entry names a task that re-drives due rows.
 BEAT_SCHEDULE: dict[str, dict] = {
     "sweep-compactions": {"task": "sessions_app.sweep_compactions", "schedule": 60.0},
     "embed-pending-memories": {"task": "memory.embed_pending", "schedule": 60.0},
     "purge-expired-memories": {"task": "memory.purge_expired", "schedule": 60.0},
+    # Its schedule is CTXADMIN_OUTBOX_SWEEP_SECONDS, set once the configuration is read.
+    "drain-outbox": {"task": "memory.drain_outbox", "schedule": 10.0},
+    "prune-outbox": {"task": "memory.prune_outbox", "schedule": 300.0},
 }
 app.conf.beat_schedule = BEAT_SCHEDULE
+
+
+@app.on_after_configure.connect
+def _schedule_from_settings(sender, **kwargs) -> None:
+    from django.conf import settings
+
+    BEAT_SCHEDULE["drain-outbox"]["schedule"] = float(settings.CTXADMIN_OUTBOX_SWEEP_SECONDS)
 
 app.autodiscover_tasks()

@@ -99,3 +99,16 @@ _SECRET_TEXT = re.compile(
 def looks_like_secret(text: str) -> bool:
     """Whether free text appears to contain a credential (a cautious, pattern-based check)."""
     return _SECRET_TEXT.search(text) is not None
+
+
+# What ``redact_secret_text`` replaces: the spans ``_SECRET_TEXT`` finds, with a private-key
+# block taken whole (to its END line, or to the end of the text when it has none).
+_PRIVATE_KEY_BLOCK = re.compile(
+    r"-----BEGIN (?:[A-Z ]+ )?PRIVATE KEY-----.*?(?:-----END (?:[A-Z ]+ )?PRIVATE KEY-----|\Z)",
+    re.DOTALL,
+)
+
+
+def redact_secret_text(text: str, marker: str = "[redacted]") -> str:
+    """``text`` with every credential-looking span replaced by ``marker``."""
+    return _SECRET_TEXT.sub(marker, _PRIVATE_KEY_BLOCK.sub(marker, text))

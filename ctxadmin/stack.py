@@ -350,7 +350,8 @@ def redis_binary() -> str | None:
 
 @dataclass
 class LocalRedis:
-    """A Redis server started for this stack on a free loopback port, without persistence."""
+    """A Redis server started for this stack on a loopback port (``port``, else a free one),
+    without persistence."""
 
     work_dir: Path
     port: int = 0
@@ -364,7 +365,7 @@ class LocalRedis:
                 "was found; install one (e.g. `apt-get install redis-server`) or set REDIS_URL"
             )
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port(None)
+        self.port = self.port or free_port(None)
         log = self.work_dir.parent / "log" / "redis.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(

@@ -18,6 +18,7 @@ from memory.models import (
     LegalHold,
     MemoryEntry,
     MemoryPolicy,
+    OutboxJob,
 )
 
 
@@ -179,6 +180,7 @@ class MemoryPolicyAdmin(_ReadOnly):
         "default_ttl_seconds",
         "retention_days",
         "legal_hold",
+        "ingestion",
         "updated_at",
         "updated_by",
     ]
@@ -230,3 +232,70 @@ class ErasureReceiptAdmin(_ReadOnly):
         "erasure_epoch",
         "created_at",
     ]
+
+
+@admin.register(OutboxJob)
+class OutboxJobAdmin(_ReadOnly):
+    """Ingestion jobs, content-free: never the payload. Operators holding
+    ``memory.operate_outbox`` may make waiting jobs due now or cancel active ones (through
+    the outbox service, as the API does)."""
+
+    list_display = [
+        "id",
+        "app",
+        "phase",
+        "events",
+        "cursor",
+        "added",
+        "duplicates",
+        "skipped",
+        "attempts",
+        "max_attempts",
+        "due_at",
+        "error_code",
+        "created_at",
+        "finished_at",
+    ]
+    fields = [
+        *list_display,
+        "scope_fingerprint",
+        "session_id",
+        "erasure_epoch",
+        "first_seq",
+        "last_seq",
+        "batches",
+        "redacted",
+        "skipped_by_reason",
+        "payload_bytes",
+        "lease_held",
+        "error_message",
+        "started_at",
+        "updated_at",
+    ]
+    # Each filter column leads an index (app + phase; the partial index of active jobs).
+    list_filter = ["app", "phase"]
+    actions = ["retry_now", "cancel_jobs"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("payload")
+
+    @admin.display(boolean=True, description="lease held")
+    def lease_held(self, obj):
+        return obj.phase == OutboxJob.RUNNING
+
+    def has_operate_permission(self, request) -> bool:
+        return request.user.has_perm("memory.operate_outbox")
+
+    @admin.action(description="Make waiting jobs due now", permissions=["operate"])
+    def retry_now(self, request, queryset):
+        from memory import outbox
+
+        count = outbox.retry_now([job.pk for job in queryset.only("id")])
+        self.message_user(request, f"{count} waiting job(s) made due now.")
+
+    @admin.action(description="Cancel active jobs", permissions=["operate"])
+    def cancel_jobs(self, request, queryset):
+        from memory import outbox
+
+        count = outbox.cancel_jobs([job.pk for job in queryset.only("id")])
+        self.message_user(request, f"{count} active job(s) cancelled.")

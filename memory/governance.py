@@ -26,7 +26,14 @@ from sessions_app.events import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
 
-POLICY_KEYS = ("consent_required", "default_ttl_seconds", "retention_days", "legal_hold")
+POLICY_KEYS = (
+    "consent_required",
+    "default_ttl_seconds",
+    "retention_days",
+    "legal_hold",
+    "ingestion",
+)
+INGESTION_MODES = ("off", "on_success")
 CONSENT_KEYS = frozenset({"granted"})
 MAX_TTL_SECONDS = 10 * 365 * 86400  # ten years
 MAX_RETENTION_DAYS = 100 * 365
@@ -52,6 +59,8 @@ class Policy:
     default_ttl_seconds: int | None = None
     retention_days: int | None = None
     legal_hold: bool = False
+    # "on_success": an append that completes an invocation admits an outbox job.
+    ingestion: str = "off"
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in POLICY_KEYS}
@@ -78,6 +87,9 @@ def parse_policy(body: Any) -> Policy:
         if not isinstance(value, bool):
             raise invalid(name, "must be true or false")
         flags[name] = value
+    ingestion = body.get("ingestion", "off")
+    if ingestion not in INGESTION_MODES:
+        raise invalid("ingestion", "must be off or on_success")
     ttl = _positive(body, "default_ttl_seconds", MAX_TTL_SECONDS)
     retention = _positive(body, "retention_days", MAX_RETENTION_DAYS)
     if ttl is not None and retention is not None and ttl < retention * 86400:
@@ -91,6 +103,7 @@ def parse_policy(body: Any) -> Policy:
         default_ttl_seconds=ttl,
         retention_days=retention,
         legal_hold=flags["legal_hold"],
+        ingestion=ingestion,
     )
 
 
@@ -100,7 +113,11 @@ def policy_state(app: App) -> dict:
         return {**DEFAULT_POLICY.as_dict(), "source": "default", "updated_at": None}
     return {
         **Policy(
-            row.consent_required, row.default_ttl_seconds, row.retention_days, row.legal_hold
+            row.consent_required,
+            row.default_ttl_seconds,
+            row.retention_days,
+            row.legal_hold,
+            row.ingestion,
         ).as_dict(),
         "source": "app",
         "updated_at": iso_timestamp(row.updated_at),
@@ -114,13 +131,14 @@ def set_policy(app: App, body: Any, key_prefix: str) -> dict:
             """
             INSERT INTO memory_memorypolicy
                 (app_id, consent_required, default_ttl_seconds, retention_days, legal_hold,
-                 updated_at, updated_by)
-            VALUES (%s, %s, %s, %s, %s, now(), %s)
+                 ingestion, updated_at, updated_by)
+            VALUES (%s, %s, %s, %s, %s, %s, now(), %s)
             ON CONFLICT (app_id) DO UPDATE SET
                 consent_required = EXCLUDED.consent_required,
                 default_ttl_seconds = EXCLUDED.default_ttl_seconds,
                 retention_days = EXCLUDED.retention_days,
                 legal_hold = EXCLUDED.legal_hold,
+                ingestion = EXCLUDED.ingestion,
                 updated_at = now(),
                 updated_by = EXCLUDED.updated_by
             """,
@@ -130,6 +148,7 @@ def set_policy(app: App, body: Any, key_prefix: str) -> dict:
                 policy.default_ttl_seconds,
                 policy.retention_days,
                 policy.legal_hold,
+                policy.ingestion,
                 key_prefix,
             ],
         )
@@ -340,12 +359,22 @@ def purge_expired_batch(batch_size: int = PURGE_BATCH_SIZE) -> int:
 def release_expired_key(app: App, user_id: str, key: str) -> None:
     """Free an idempotency key held by an expired, purgeable entry, so a new entry can take
     it (an expired entry still retained or held keeps its key)."""
+    release_expired_keys(app, user_id, [key])
+
+
+def release_expired_keys(app: App, user_id: str, keys: list[str]) -> None:
+    """``release_expired_key`` for several keys in one statement."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
             DELETE FROM memory_memoryentry e
-             WHERE e.app_id = %s AND e.user_id = %s AND e.idempotency_key = %s
+             WHERE e.app_id = %s AND e.user_id = %s AND e.idempotency_key = ANY(%s)
                AND {_PURGEABLE}
             """,  # noqa: S608 - a constant condition
-            [app.pk, user_id, key],
+            [app.pk, user_id, list(keys)],
         )
+
+
+def ingests_on_success(app: App) -> bool:
+    """Whether the app's policy admits an ingestion job when an invocation completes."""
+    return MemoryPolicy.objects.filter(app=app, ingestion="on_success").exists()

@@ -137,6 +137,9 @@ class MemoryPolicy(models.Model):
     default_ttl_seconds = models.PositiveIntegerField(null=True)
     retention_days = models.PositiveIntegerField(null=True)
     legal_hold = models.BooleanField(default=False)
+    # "on_success": an append that completes an invocation admits an outbox job for the
+    # session's events not yet admitted; "off": only explicit ingestion requests.
+    ingestion = models.CharField(max_length=16, db_default="off", default="off")
     updated_at = models.DateTimeField(db_default=Now())
     updated_by = models.CharField(max_length=10, blank=True, db_default="")  # key prefix
 
@@ -231,3 +234,107 @@ class ErasureReceipt(models.Model):
 
     def __str__(self) -> str:
         return f"erasure receipt {self.id}"
+
+
+class OutboxJob(models.Model):
+    """One durable ingestion job: a session's events (sanitised at admission) to become one
+    user's memories, drained by workers under a lease.
+
+    The id is derived from what the job ingests (adapter, scope, session, the ordered event
+    ids, the erasure epoch), so admitting the same request twice finds the same row. The
+    payload holds the sanitised events only while the job is active: it is cleared when the
+    job ends, whatever the ending. ``due_at`` is when the job may next be claimed: its next
+    attempt while pending or retrying, its lease's expiry while running."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    RETRY = "retry"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PHASES = [(p, p) for p in (PENDING, RUNNING, RETRY, COMPLETED, FAILED, CANCELLED)]
+    ACTIVE = (PENDING, RUNNING, RETRY)
+    TERMINAL = (COMPLETED, FAILED, CANCELLED)
+
+    id = models.UUIDField(primary_key=True)
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # Blanked (with ``session_id``) when the user is erased; the fingerprint stays.
+    user_id = models.CharField(max_length=128)
+    scope_fingerprint = models.CharField(max_length=64)
+    session_id = models.CharField(max_length=128)
+    adapter = models.CharField(max_length=64)
+    erasure_epoch = models.BigIntegerField()
+    phase = models.CharField(max_length=16, choices=PHASES)
+    # [{"event_id", "seq", "author", "role", "text", "timestamp"} | {"event_id", "seq",
+    # "skip"}]: the admitted events in order; [] once the job has ended.
+    payload = models.JSONField(default=list)
+    payload_bytes = models.IntegerField()
+    events = models.IntegerField()
+    first_seq = models.BigIntegerField()
+    last_seq = models.BigIntegerField()
+    # Index in the payload of the next event to write; batches written so far.
+    cursor = models.IntegerField(default=0)
+    batches = models.IntegerField(default=0)
+    added = models.IntegerField(default=0)
+    duplicates = models.IntegerField(default=0)
+    skipped = models.IntegerField(default=0)
+    redacted = models.IntegerField(default=0)
+    skipped_by_reason = models.JSONField(default=dict)
+    attempts = models.IntegerField(default=0)
+    max_attempts = models.IntegerField()
+    due_at = models.DateTimeField()
+    owner_token = models.CharField(max_length=32, blank=True, db_default="")
+    # A stable code and a fixed message of ours: never an exception's text, never content.
+    error_code = models.CharField(max_length=64, blank=True, db_default="")
+    error_message = models.CharField(max_length=256, blank=True, db_default="")
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        permissions = [("operate_outbox", "Can make outbox jobs due now or cancel them")]
+        indexes = [
+            # Claim order and the global admission limits: the active rows by due time.
+            models.Index(
+                fields=["due_at"],
+                include=["payload_bytes"],
+                condition=models.Q(phase__in=["pending", "running", "retry"]),
+                name="outbox_claimable",
+            ),
+            # The per-scope admission limits.
+            models.Index(
+                fields=["app", "user_id"],
+                include=["payload_bytes"],
+                condition=models.Q(phase__in=["pending", "running", "retry"]),
+                name="outbox_active_scope",
+            ),
+            # Erasure of a scope or a session; where a session's ingestion got to.
+            models.Index(fields=["app", "user_id", "session_id"], name="outbox_scope_session"),
+            # Pruning, oldest ended first.
+            models.Index(
+                fields=["finished_at"],
+                condition=models.Q(phase__in=["completed", "failed", "cancelled"]),
+                name="outbox_terminal",
+            ),
+            # Per-app statistics by phase.
+            models.Index(fields=["app", "phase"], name="outbox_app_phase"),
+        ]
+
+    def __str__(self) -> str:
+        return f"outbox job {self.id}"
+
+
+class OutboxRows(models.Model):
+    """How many outbox rows exist (active and ended): one row, kept by statement triggers on
+    ``memory_outboxjob`` (migration 0005) in the transaction that inserts or deletes jobs, so
+    the admission cap reads one row instead of counting the table."""
+
+    id = models.SmallIntegerField(primary_key=True)
+    total = models.BigIntegerField()
+
+    class Meta:
+        verbose_name_plural = "outbox rows"
+
+    def __str__(self) -> str:
+        return f"{self.total} outbox rows"

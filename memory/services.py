@@ -158,26 +158,29 @@ def parse_new_memory(body: Any) -> NewMemory:
     )
 
 
-def _check_capacity(app: App, user_id: str) -> None:
+def check_capacity(app: App, user_id: str, adding: int = 1) -> None:
+    """Refuse (422 ``memory_capacity_exceeded``) ``adding`` more entries where they would
+    pass the scope's limit (its statistics row: every entry until it is purged) or the
+    deployment's (from PostgreSQL's row estimate)."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT (SELECT count(*) FROM (SELECT 1 FROM memory_memoryentry
-                                           WHERE app_id = %s AND user_id = %s LIMIT %s) s),
+            SELECT coalesce((SELECT entries FROM memory_scopestats
+                              WHERE app_id = %s AND user_id = %s), 0),
                    (SELECT greatest(reltuples, 0)::bigint FROM pg_class
                      WHERE oid = 'memory_memoryentry'::regclass)
             """,
-            [app.pk, user_id, settings.CTXADMIN_MEMORY_MAX_PER_SCOPE],
+            [app.pk, user_id],
         )
         in_scope, total = cursor.fetchone()
-    if in_scope >= settings.CTXADMIN_MEMORY_MAX_PER_SCOPE:
+    if in_scope + adding > settings.CTXADMIN_MEMORY_MAX_PER_SCOPE:
         raise ApiError(
             "memory_capacity_exceeded",
             "This user's memory is full.",
             status_code=422,
             details={"limit": "per_scope", "maximum": settings.CTXADMIN_MEMORY_MAX_PER_SCOPE},
         )
-    if total >= settings.CTXADMIN_MEMORY_MAX_TOTAL:
+    if total + adding > settings.CTXADMIN_MEMORY_MAX_TOTAL:
         raise ApiError(
             "memory_capacity_exceeded",
             "The deployment's memory is full.",
@@ -254,7 +257,7 @@ def add_memory(
         if existing is not None:
             return _same_or_conflict(existing, digest), False
         governance.release_expired_key(app, user_id, new.idempotency_key)
-    _check_capacity(app, user_id)
+    check_capacity(app, user_id)
     embedder = embeddings.embedder_from_settings()
     vector = None
     sync = new.embed == "sync" or (new.embed == "auto" and embedder_is_local(embedder))
@@ -294,7 +297,7 @@ def add_memory(
                 new.source_timestamp,
                 settings.CTXADMIN_MEMORY_TS_CONFIG,
                 new.content,
-                None if vector is None else _vector_text(vector),
+                None if vector is None else vector_text(vector),
                 embedder.name if vector is not None else "",
                 len(new.content.encode("utf-8")),
                 terms.ttl_seconds,
@@ -338,7 +341,7 @@ def _embed_one(embedder, text: str) -> list[float]:
         ) from None
 
 
-def _vector_text(vector: list[float]) -> str:
+def vector_text(vector: list[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
@@ -423,7 +426,7 @@ def embed_pending_batch(batch_size: int = 128) -> int:
                 "UPDATE memory_memoryentry SET embedding = %s::vector, embedding_model = %s, "
                 "updated_at = now() WHERE id = %s",
                 [
-                    (_vector_text(vector), embedder.name, entry_id)
+                    (vector_text(vector), embedder.name, entry_id)
                     for (entry_id, _content), vector in zip(rows, vectors, strict=True)
                 ],
             )
@@ -644,7 +647,7 @@ def _vector(
         raise ApiError(
             exc.code, "The embedder could not embed the query.", status_code=502
         ) from None
-    text = _vector_text(vector)
+    text = vector_text(vector)
     if _scope_is_small(app, user_id):
         # Exact: the distance expression (``+ 0``) is one no index orders by, so the scope's
         # own index finds its rows and every one of them is ranked.
@@ -731,14 +734,10 @@ def _normalised(rows: list[tuple]) -> dict[str, float]:
     scores = [float(score) for _id, score in rows]
     high, low = max(scores), min(scores)
     span = high - low
-    return {
-        entry_id: (float(score) - low) / span if span else 1.0 for entry_id, score in rows
-    }
+    return {entry_id: (float(score) - low) / span if span else 1.0 for entry_id, score in rows}
 
 
-def _fused(
-    app: App, user_id: str, request: SearchRequest, fusion: Fusion, embedder
-) -> list[tuple]:
+def _fused(app: App, user_id: str, request: SearchRequest, fusion: Fusion, embedder) -> list[tuple]:
     depth = max(50, request.limit * 3)
     lexical = _lexical(app, user_id, request, depth) if fusion.lexical else []
     vector = _vector(app, user_id, request, depth, embedder) if fusion.vector else []
@@ -755,9 +754,7 @@ def _fused(
     return sorted(fused.items(), key=lambda item: -item[1])[: request.limit]
 
 
-def _lexical_then_vector(
-    app: App, user_id: str, request: SearchRequest, embedder
-) -> list[tuple]:
+def _lexical_then_vector(app: App, user_id: str, request: SearchRequest, embedder) -> list[tuple]:
     """Hybrid search with an embedder that only fills (fusion weight 0): the lexical
     ranking, then, only where it holds fewer than ``limit`` entries, the vector ranking's
     entries it does not hold; scored on the RRF scale, rank by rank."""
@@ -816,9 +813,7 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
     return hits
 
 
-def _hits(
-    app: App, user_id: str, ranked: list[tuple[str, float]], score_type: str
-) -> list[dict]:
+def _hits(app: App, user_id: str, ranked: list[tuple[str, float]], score_type: str) -> list[dict]:
     if not ranked:
         return []
     with connection.cursor() as cursor:

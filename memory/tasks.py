@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from memory import governance, services
 
@@ -33,5 +34,37 @@ def purge_expired() -> int:
         done = governance.purge_expired_batch()
         total += done
         if done < governance.PURGE_BATCH_SIZE:
+            break
+    return total
+
+
+# How long one drain run keeps claiming jobs (below the task's soft time limit); the beat and
+# the admissions' own messages start the next run.
+DRAIN_BUDGET_SECONDS = 50
+# Ended outbox jobs: at most this many batches of ``CTXADMIN_OUTBOX_PRUNE_BATCH`` per run.
+MAX_PRUNE_BATCHES_PER_RUN = 10
+
+
+@shared_task(name="memory.drain_outbox")
+def drain_outbox(job_id: str | None = None) -> dict:
+    """Claim and process due outbox jobs (``job_id`` first, when it is due) until none is
+    due or the run's budget is spent. Published on admission's commit and by the beat."""
+    from memory import outbox
+
+    budget = min(DRAIN_BUDGET_SECONDS, settings.CELERY_TASK_SOFT_TIME_LIMIT * 0.5)
+    return outbox.drain(job_id, budget_seconds=budget)
+
+
+@shared_task(name="memory.prune_outbox")
+def prune_outbox() -> int:
+    """Delete ended outbox jobs past the retention period, oldest first, in bounded
+    batches; what is left waits for the next run of the beat."""
+    from memory import outbox
+
+    total = 0
+    for _ in range(MAX_PRUNE_BATCHES_PER_RUN):
+        done = outbox.prune()
+        total += done
+        if done < settings.CTXADMIN_OUTBOX_PRUNE_BATCH:
             break
     return total

@@ -13,8 +13,8 @@ from django.utils import timezone
 from ctxadmin.api.errors import ApiError, invalid, not_found
 from ctxadmin.canonical import canonical_size
 from ctxadmin.models import App
+from sessions_app import signals, store, telemetry
 from sessions_app import state as scopes
-from sessions_app import store, telemetry
 from sessions_app.compaction import triggers as compaction
 from sessions_app.events import (
     EventError,
@@ -138,14 +138,21 @@ def append_events(
     """
     events = _validated(raw_events, path)
     try:
-        return _append_once(app, user_id, session_id, events, expected_revision)
+        result = _append_once(app, user_id, session_id, events, expected_revision)
     except IntegrityError as exc:
         # Two requests sent one event_id at once: the second locked the session after the
         # first committed, but its statement snapshot predates that event. Once more, it
         # sees the stored event and takes the idempotent path (or reports the conflict).
         if "event_unique_id" not in str(exc):
             raise
-        return _append_once(app, user_id, session_id, events, expected_revision)
+        result = _append_once(app, user_id, session_id, events, expected_revision)
+    if result.created and any(compaction.completes_invocation(e) for e in events):
+        # The events are stored (committed, or in the caller's transaction): what receivers
+        # write joins that transaction.
+        signals.invocation_completed.send(
+            sender=Session, app=app, user_id=user_id, session_id=session_id
+        )
+    return result
 
 
 @dataclass(frozen=True)

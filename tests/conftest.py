@@ -62,49 +62,84 @@ def database_url_for_current_connection() -> str:
     return f"postgres://{credentials}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
 
 
-@pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, django_db_blocker, tmp_path_factory):
-    """A real ``celery worker`` process consuming this run's queue, against the test DB."""
-    from ctxadmin.celery import app as celery_app
+@dataclass
+class WorkerProcess:
+    """A ``celery worker`` process started by a test (see ``start_celery_worker``)."""
 
-    with django_db_blocker.unblock():
-        database_url = database_url_for_current_connection()
+    hostname: str
+    process: subprocess.Popen
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        stack.terminate_group(self.process, timeout=20)
+
+
+def start_celery_worker(
+    work_dir: Path, *, env: dict | None = None, beat: bool = False, concurrency: int = 1
+) -> WorkerProcess:
+    """A real ``celery worker`` process against this run's test database and queue (or the
+    broker ``env`` names), with the embedded beat when ``beat``; returns once it is ready."""
+    database_url = database_url_for_current_connection()
     hostname = f"test-{uuid.uuid4().hex[:8]}@localhost"
-    log_path = Path(tmp_path_factory.mktemp("celery")) / "worker.log"
-    env = {**os.environ, "DATABASE_URL": database_url, "CTXADMIN_DB_POOL": "false"}
+    work_dir.mkdir(parents=True, exist_ok=True)
+    log_path = work_dir / f"worker-{hostname.split('@')[0]}.log"
+    environment = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "CTXADMIN_DB_POOL": "false",
+        **(env or {}),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "ctxadmin",
+        "worker",
+        "--hostname",
+        hostname,
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if beat:
+        argv += ["--beat", "--schedule", str(work_dir / f"beat-{hostname.split('@')[0]}")]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "ctxadmin",
-                "worker",
-                "--hostname",
-                hostname,
-                "--concurrency",
-                "1",
-                "--loglevel",
-                "INFO",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-            env=env,
+            argv,
+            env=environment,
             cwd=stack.PROJECT_DIR,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+    worker = WorkerProcess(hostname, process, log_path)
+    deadline = time.monotonic() + 90
+    while b" ready." not in log_path.read_bytes():
+        if process.poll() is not None or time.monotonic() > deadline:
+            worker.stop()
+            raise RuntimeError(f"celery worker did not start:\n{log_path.read_text()[-4000:]}")
+        time.sleep(0.2)
+    return worker
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker, tmp_path_factory):
+    """A real ``celery worker`` process consuming this run's queue, against the test DB."""
+    with django_db_blocker.unblock():
+        worker = start_celery_worker(Path(tmp_path_factory.mktemp("celery")))
     try:
-        deadline = time.monotonic() + 90
-        while not celery_app.control.ping(destination=[hostname], timeout=1.0):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"celery worker did not start:\n{log_path.read_text()[-4000:]}")
-        yield {"hostname": hostname, "pid": process.pid, "log": log_path}
+        yield {"hostname": worker.hostname, "pid": worker.pid, "log": worker.log}
     finally:
-        stack.terminate_group(process, timeout=20)
+        worker.stop()
 
 
 # Property tests are seeded (reproducible in CI) and not timed (timing is for benchmarks).

@@ -476,6 +476,7 @@ class TestPolicy:
             "default_ttl_seconds": None,
             "retention_days": None,
             "legal_hold": False,
+            "ingestion": "off",
             "source": "default",
             "updated_at": None,
         }
@@ -493,6 +494,8 @@ class TestPolicy:
             ({"consent_required": "yes"}, "consent_required"),
             ({"consent_required": None}, "consent_required"),
             ({"legal_hold": 1}, "legal_hold"),
+            ({"ingestion": "sometimes"}, "ingestion"),
+            ({"ingestion": None}, "ingestion"),
             ({"default_ttl_seconds": 0}, "default_ttl_seconds"),
             ({"default_ttl_seconds": -5}, "default_ttl_seconds"),
             ({"default_ttl_seconds": True}, "default_ttl_seconds"),

@@ -16,6 +16,7 @@ SAMPLE = {
     "prefix": "abcdefghij",
     "compaction_id": "00000000-0000-4000-8000-000000000001",
     "memory_id": "00000000-0000-4000-8000-000000000002",
+    "job_id": "00000000-0000-4000-8000-000000000003",
 }
 METHODS = ("get", "post", "put", "patch", "delete")
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from memory.api import governance_views, ingest_views, views
+from memory.api import governance_views, ingest_views, outbox_views, views
 
 base = "apps/<str:app>/users/<str:user>/memories"
 
@@ -8,6 +8,11 @@ urlpatterns = [
     path(base, views.MemoryListView.as_view(), name="memories"),
     path(f"{base}/search", views.MemorySearchView.as_view(), name="memory-search"),
     path(f"{base}/events", ingest_views.MemoryEventsView.as_view(), name="memory-events"),
+    path(
+        f"{base}/ingestions",
+        outbox_views.MemoryIngestionsView.as_view(),
+        name="memory-ingestions",
+    ),
     path(f"{base}/consent", governance_views.MemoryConsentView.as_view(), name="memory-consent"),
     path(
         f"{base}/legal-hold",
@@ -25,5 +30,18 @@ urlpatterns = [
         "apps/<str:app>/memory-policy",
         governance_views.MemoryPolicyView.as_view(),
         name="memory-policy",
+    ),
+    path(
+        "apps/<str:app>/outbox/jobs/<str:job_id>",
+        outbox_views.OutboxJobView.as_view(),
+        name="outbox-job",
+    ),
+    path(
+        "apps/<str:app>/outbox/jobs/<str:job_id>/cancel",
+        outbox_views.OutboxJobCancelView.as_view(),
+        name="outbox-job-cancel",
+    ),
+    path(
+        "apps/<str:app>/outbox/stats", outbox_views.OutboxStatsView.as_view(), name="outbox-stats"
     ),
 ]

@@ -1,0 +1,560 @@
+"""The durable ingestion outbox, drained in this process: admission (sanitising, dedup,
+limits, the cap), claiming, leases, epoch fencing, retries, poison jobs, cancel, erasure,
+statistics, pruning and the automatic path. ``test_outbox_worker.py`` runs the same
+machinery in real worker processes, with crashes and a broker outage."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+
+from memory import erasure, outbox
+from memory.models import OutboxJob
+from memory.tasks import drain_outbox
+from tests.conftest import make_tenant
+from tests.outbox_helpers import (
+    SECRET,
+    admit,
+    job,
+    memories_url,
+    scope_entries,
+    session_with_events,
+)
+from tests.sessions_helpers import sessions_url, text
+
+
+@pytest.fixture
+def api(owner):
+    return owner.client()
+
+
+def row(job_id: str) -> OutboxJob:
+    return OutboxJob.objects.get(pk=job_id)
+
+
+def set_due_now(job_id: str) -> None:
+    """Make a job due (a retry's backoff or a lease, over): in the test's transaction the
+    database clock stands still."""
+    OutboxJob.objects.filter(pk=job_id).update(due_at=connection_now() - timedelta(seconds=1))
+
+
+def connection_now():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+class TestAdmissionAndProcessing:
+    def test_1001_events_run_in_three_batches_with_the_secret_redacted(self, api, owner):
+        session_with_events(api, "acme", "alice", "s1", 1001, secret_at=7)
+        admitted = admit(api, "acme", "alice", "s1").json()
+        assert admitted["deduplicated"] is False and admitted["phase"] == "pending"
+        assert admitted["events"] == 1001 and (admitted["first_seq"], admitted["last_seq"]) == (
+            1,
+            1001,
+        )
+        assert admitted["status_url"].endswith(
+            f"/api/v1/apps/acme/outbox/jobs/{admitted['job_id']}"
+        )
+        stored = row(admitted["job_id"])
+        assert "sk-outboxSECRET" not in str(stored.payload)  # redacted at admission
+        assert stored.redacted == 1
+
+        assert outbox.drain() == {"completed": 1}
+        status = job(api, "acme", admitted["job_id"])
+        assert status["phase"] == "completed" and status["batches"] == 3
+        assert status["cursor"] == 1001 and status["attempts"] == 1
+        assert status["added"] == 1001 - status["skipped"] and status["skipped"] == 0
+        assert status["lease"] is None and status["error"] is None
+        entries = scope_entries(owner.app.pk, "alice")
+        assert len(entries) == 1001
+        assert not any("sk-outboxSECRET" in content for _key, content in entries)
+        assert any("[redacted] and I hike on Sundays" in content for _key, content in entries)
+        assert row(admitted["job_id"]).payload == []  # nothing kept once ended
+
+        again = admit(api, "acme", "alice", "s1", status=200).json()
+        assert again["job_id"] == admitted["job_id"] and again["deduplicated"] is True
+        assert again["phase"] == "completed"
+
+    def test_events_that_are_not_memory_are_skipped(self, api, owner):
+        api.post(sessions_url("acme"), {"session_id": "mixed"}, format="json")
+        events = [
+            text("user", "I moved to Lisbon in May", event_id="a"),
+            {"author": "agent", "actions": {"state_delta": {"step": 2}}, "event_id": "b"},
+            text("user", "   ", event_id="c"),
+            {
+                "author": "agent",
+                "event_id": "d",
+                "content": {
+                    "role": "model",
+                    "parts": [{"function_call": {"id": "c1", "name": "f", "args": {}}}],
+                },
+            },
+            text(
+                "user",
+                "-----BEGIN PRIVATE KEY-----\nMIIEv\n-----END PRIVATE KEY-----",
+                event_id="e",
+            ),
+            text("agent", "Lisbon is lovely in spring", event_id="f"),
+        ]
+        appended = api.post(
+            f"{sessions_url('acme')}/mixed/events", {"events": events}, format="json"
+        )
+        assert appended.status_code == 201, appended.content
+        admitted = admit(api, "acme", "alice", "mixed").json()
+        outbox.drain()
+        status = job(api, "acme", admitted["job_id"])
+        assert status["added"] == 2 and status["skipped"] == 4
+        assert status["skipped_by_reason"] == {"control": 2, "empty": 1, "secret": 1}
+        assert sorted(c for _k, c in scope_entries(owner.app.pk, "alice")) == [
+            "I moved to Lisbon in May",
+            "Lisbon is lovely in spring",
+        ]
+        found = api.post(
+            f"{memories_url('acme', 'alice')}/search", {"query": "Lisbon"}, format="json"
+        ).json()
+        assert len(found["hits"]) == 2
+
+    def test_after_seq_and_the_synchronous_path_share_idempotency(self, api, owner):
+        session_with_events(api, "acme", "alice", "s2", 6)
+        first = admit(api, "acme", "alice", "s2", after_seq=4).json()
+        assert (first["events"], first["first_seq"]) == (2, 5)
+        outbox.drain()
+        everything = admit(api, "acme", "alice", "s2").json()
+        assert everything["job_id"] != first["job_id"]
+        outbox.drain()
+        status = job(api, "acme", everything["job_id"])
+        assert (status["added"], status["duplicates"]) == (4, 2)
+        assert len(scope_entries(owner.app.pk, "alice")) == 6
+        # Nothing after the last event: a clear refusal.
+        nothing = admit(api, "acme", "alice", "s2", status=422, after_seq=6).json()
+        assert nothing["error"]["code"] == "nothing_to_ingest"
+
+    def test_more_than_5000_events_are_admitted_in_parts(self, api, monkeypatch):
+        monkeypatch.setattr(outbox, "MAX_JOB_EVENTS", 3)
+        session_with_events(api, "acme", "alice", "long", 5)
+        first = admit(api, "acme", "alice", "long").json()
+        assert first["events"] == 3 and first["more"] is True and first["next_after_seq"] == 3
+        rest = admit(api, "acme", "alice", "long", after_seq=first["next_after_seq"]).json()
+        assert rest["events"] == 2 and rest["more"] is False and rest["next_after_seq"] is None
+
+    @pytest.mark.parametrize(
+        ("body", "field"),
+        [
+            ({"session_id": "s", "extra": 1}, "extra"),
+            ({}, "session_id"),
+            ({"session_id": "../x"}, "session_id"),
+            ({"session_id": "s", "after_seq": -1}, "after_seq"),
+            ({"session_id": "s", "after_seq": "3"}, "after_seq"),
+            ({"session_id": "s", "max_attempts": 0}, "max_attempts"),
+            ({"session_id": "s", "max_attempts": 21}, "max_attempts"),
+        ],
+    )
+    def test_bad_requests_are_refused_whole(self, api, body, field):
+        result = api.post(f"{memories_url('acme', 'alice')}/ingestions", body, format="json")
+        assert result.status_code == 400, result.content
+        assert field in result.json()["error"]["message"]
+        assert OutboxJob.objects.count() == 0
+
+    def test_scope_and_tenancy(self, api, owner, outsider):
+        session_with_events(api, "acme", "alice", "mine", 2)
+        # Another user of the same app has no such session; another app cannot see the job.
+        assert admit(api, "acme", "bob", "mine", status=404).json()["error"]["code"] == "not_found"
+        admitted = admit(api, "acme", "alice", "mine").json()
+        stranger = outsider.client()
+        assert (
+            stranger.get(f"/api/v1/apps/acme/outbox/jobs/{admitted['job_id']}").status_code == 404
+        )
+        assert (
+            stranger.get(f"/api/v1/apps/globex/outbox/jobs/{admitted['job_id']}").status_code == 404
+        )
+        assert (
+            stranger.post(
+                f"/api/v1/apps/globex/outbox/jobs/{admitted['job_id']}/cancel"
+            ).status_code
+            == 404
+        )
+        assert api.get("/api/v1/apps/acme/outbox/jobs/not-a-uuid").status_code == 404
+
+    def test_consent_is_required_at_admission(self, api, owner):
+        session_with_events(api, "acme", "alice", "c", 2)
+        assert (
+            api.put(
+                "/api/v1/apps/acme/memory-policy", {"consent_required": True}, format="json"
+            ).status_code
+            == 200
+        )
+        refused = admit(api, "acme", "alice", "c", status=403).json()
+        assert refused["error"]["code"] == "consent_required"
+        assert OutboxJob.objects.count() == 0
+
+    def test_consent_revoked_before_the_worker_fails_the_job_without_retrying(self, api, owner):
+        session_with_events(api, "acme", "alice", "c", 2)
+        admitted = admit(api, "acme", "alice", "c").json()
+        api.put("/api/v1/apps/acme/memory-policy", {"consent_required": True}, format="json")
+        outbox.drain()
+        status = job(api, "acme", admitted["job_id"])
+        assert status["phase"] == "failed" and status["attempts"] == 1
+        assert status["error"]["code"] == "consent_required"
+        assert scope_entries(owner.app.pk, "alice") == []
+
+    def test_status_is_content_free(self, api):
+        session_with_events(api, "acme", "alice", "quiet", 3, secret_at=1)
+        admitted = admit(api, "acme", "alice", "quiet").json()
+        outbox.drain()
+        body = str(job(api, "acme", admitted["job_id"])) + str(
+            api.get("/api/v1/apps/acme/outbox/stats").json()
+        )
+        assert "remembers fact" not in body and "hike" not in body and "sk-outbox" not in body
+
+
+@pytest.mark.django_db
+class TestLeasesEpochsAndFailures:
+    def test_a_lost_lease_writes_nothing(self, api, owner):
+        session_with_events(api, "acme", "alice", "s", 4)
+        admitted = admit(api, "acme", "alice", "s").json()
+        claimed = outbox.claim()
+        assert claimed is not None and str(claimed.job.pk) == admitted["job_id"]
+        # The lease expired and another worker claimed the job meanwhile.
+        OutboxJob.objects.filter(pk=claimed.job.pk).update(owner_token="f" * 32)
+        assert outbox.process(claimed) == "lease_lost"
+        assert scope_entries(owner.app.pk, "alice") == []
+        assert row(admitted["job_id"]).cursor == 0
+
+    def test_a_stale_epoch_cancels_and_writes_nothing(self, api, owner):
+        session_with_events(api, "acme", "alice", "s", 4)
+        admitted = admit(api, "acme", "alice", "s").json()
+        claimed = outbox.claim()
+        with connection.cursor():
+            from django.db import transaction
+
+            with transaction.atomic():
+                erasure._advance_epoch(owner.app, "alice")  # an erasure, as the worker sees it
+        assert outbox.process(claimed) == "cancelled"
+        status = job(api, "acme", admitted["job_id"])
+        assert status["phase"] == "cancelled" and status["error"]["code"] == "stale_epoch"
+        assert status["session_id"] is None  # the erased scope's ids are blanked
+        assert scope_entries(owner.app.pk, "alice") == []
+
+    def test_failures_back_off_then_fail_with_a_redacted_error(self, api, owner, settings):
+        settings.CTXADMIN_MEMORY_MAX_PER_SCOPE = 1  # every batch of 3 overflows the scope
+        session_with_events(api, "acme", "alice", "s", 3)
+        admitted = admit(api, "acme", "alice", "s", max_attempts=2).json()
+        assert outbox.drain() == {"retry": 1}
+        status = job(api, "acme", admitted["job_id"])
+        assert status["phase"] == "retry" and status["attempts"] == 1
+        assert status["error"]["code"] == "memory_capacity_exceeded"
+        assert status["next_attempt_at"] is not None
+        assert outbox.drain() == {}  # not due yet
+        set_due_now(admitted["job_id"])
+        assert outbox.drain() == {"failed": 1}
+        status = job(api, "acme", admitted["job_id"])
+        assert status["phase"] == "failed" and status["attempts"] == 2
+        assert status["finished_at"] is not None and row(admitted["job_id"]).payload == []
+
+    def test_backoff_grows_exponentially_with_jitter_and_a_ceiling(self, settings):
+        settings.CTXADMIN_OUTBOX_BACKOFF_SECONDS = 2
+        settings.CTXADMIN_OUTBOX_BACKOFF_MAX_SECONDS = 30
+        for attempt, full in [(1, 2), (2, 4), (3, 8), (4, 16), (5, 30), (12, 30)]:
+            draws = [outbox.backoff_seconds(attempt) for _ in range(200)]
+            assert all(full / 2 <= d <= full for d in draws)
+            assert len(set(draws)) > 1  # jittered
+
+    def test_a_job_that_kills_its_workers_fails_and_never_blocks_others(self, api, owner):
+        session_with_events(api, "acme", "alice", "poison", 2)
+        session_with_events(api, "acme", "alice", "fine", 2)
+        poison = admit(api, "acme", "alice", "poison", max_attempts=2).json()
+        fine = admit(api, "acme", "alice", "fine").json()
+        for _ in range(2):  # two workers died holding it
+            claimed = outbox.claim(prefer=poison["job_id"])
+            assert str(claimed.job.pk) == poison["job_id"]
+            set_due_now(poison["job_id"])  # its lease expires
+        # The next claim fails the poison job and goes on to the other one.
+        claimed = outbox.claim()
+        assert str(claimed.job.pk) == fine["job_id"]
+        assert outbox.process(claimed) == "completed"
+        status = job(api, "acme", poison["job_id"])
+        assert status["phase"] == "failed" and status["error"]["code"] == "worker_lost"
+        assert status["attempts"] == 2
+
+    def test_claims_go_by_due_time(self, api):
+        session_with_events(api, "acme", "alice", "later", 1)
+        session_with_events(api, "acme", "alice", "now", 1)
+        later = admit(api, "acme", "alice", "later").json()
+        now = admit(api, "acme", "alice", "now").json()
+        OutboxJob.objects.filter(pk=later["job_id"]).update(
+            phase="retry", due_at=connection_now() + timedelta(minutes=5)
+        )
+        assert str(outbox.claim().job.pk) == now["job_id"]
+        assert outbox.claim() is None  # the retry is not due; the other is leased
+
+    def test_an_expired_lease_is_claimed_again_and_resumes_from_the_cursor(
+        self, api, owner, monkeypatch
+    ):
+        monkeypatch.setattr(outbox, "BATCH_EVENTS", 2)
+        session_with_events(api, "acme", "alice", "s", 5)
+        admitted = admit(api, "acme", "alice", "s").json()
+        claimed = outbox.claim()
+        # The worker writes one batch, then its process dies before the next.
+        real_embedded = outbox._embedded
+        calls = []
+
+        def embedded_then_die(items):
+            calls.append(len(items))
+            if len(calls) == 2:
+                raise SystemExit("worker died")
+            return real_embedded(items)
+
+        monkeypatch.setattr(outbox, "_embedded", embedded_then_die)
+        with pytest.raises(SystemExit):
+            outbox.process(claimed)
+        monkeypatch.setattr(outbox, "_embedded", real_embedded)
+        assert row(admitted["job_id"]).phase == "running"
+        assert outbox.claim() is None  # leased still
+        set_due_now(admitted["job_id"])
+        again = outbox.claim()
+        assert again.job.cursor == 2 and again.job.attempts == 2
+        assert outbox.process(again) == "completed"
+        status = job(api, "acme", admitted["job_id"])
+        assert (status["added"], status["duplicates"], status["batches"]) == (5, 0, 3)
+        assert len(scope_entries(owner.app.pk, "alice")) == 5
+
+
+@pytest.mark.django_db
+class TestCancelErasureStats:
+    def test_cancel(self, api):
+        session_with_events(api, "acme", "alice", "s", 2)
+        session_with_events(api, "acme", "alice", "t", 2)
+        admitted = admit(api, "acme", "alice", "s").json()
+        url = f"/api/v1/apps/acme/outbox/jobs/{admitted['job_id']}/cancel"
+        cancelled = api.post(url)
+        assert cancelled.status_code == 200 and cancelled.json()["phase"] == "cancelled"
+        assert cancelled.json()["error"]["code"] == "cancelled"
+        assert api.post(url).status_code == 200  # again: the same answer
+        assert row(admitted["job_id"]).payload == []
+        assert outbox.drain() == {}
+        done = admit(api, "acme", "alice", "t").json()
+        outbox.drain()
+        ended = api.post(f"/api/v1/apps/acme/outbox/jobs/{done['job_id']}/cancel")
+        assert ended.status_code == 409 and ended.json()["error"]["code"] == "outbox_job_ended"
+        assert api.post(url, {"x": 1}, format="json").status_code == 400
+
+    def test_cancelling_a_running_job_stops_it_before_its_next_batch(self, api, owner):
+        session_with_events(api, "acme", "alice", "s", 3)
+        admitted = admit(api, "acme", "alice", "s").json()
+        claimed = outbox.claim()
+        api.post(f"/api/v1/apps/acme/outbox/jobs/{admitted['job_id']}/cancel")
+        assert outbox.process(claimed) == "lease_lost"
+        assert scope_entries(owner.app.pk, "alice") == []
+
+    def test_user_erasure_cancels_queued_jobs_and_a_new_epoch_makes_a_new_job(self, api, owner):
+        session_with_events(api, "acme", "alice", "s", 3)
+        admitted = admit(api, "acme", "alice", "s").json()
+        erased = api.delete(
+            memories_url("acme", "alice"), {"confirm": "erase user alice"}, format="json"
+        )
+        assert erased.status_code == 200, erased.content
+        assert erased.json()["counts"]["queued_work"] == 1
+        status = job(api, "acme", admitted["job_id"])
+        assert status["phase"] == "cancelled" and status["error"]["code"] == "erased"
+        assert status["session_id"] is None
+        stored = row(admitted["job_id"])
+        assert stored.payload == [] and stored.user_id == ""
+        assert outbox.drain() == {}
+        again = admit(api, "acme", "alice", "s").json()
+        assert again["job_id"] != admitted["job_id"] and again["erasure_epoch"] == 1
+        assert again["deduplicated"] is False
+
+    def test_user_erasure_while_running_ends_the_job_at_its_next_batch(self, api, owner):
+        session_with_events(api, "acme", "alice", "s", 3)
+        admitted = admit(api, "acme", "alice", "s").json()
+        claimed = outbox.claim()
+        api.delete(memories_url("acme", "alice"), {"confirm": "erase user alice"}, format="json")
+        assert row(admitted["job_id"]).payload == []  # cleared in the erasure
+        assert outbox.process(claimed) == "cancelled"
+        status = job(api, "acme", admitted["job_id"])
+        assert status["error"]["code"] == "stale_epoch" and status["session_id"] is None
+        assert scope_entries(owner.app.pk, "alice") == []
+
+    def test_session_erasure_cancels_that_sessions_jobs_only(self, api, owner):
+        session_with_events(api, "acme", "alice", "gone", 2)
+        session_with_events(api, "acme", "alice", "kept", 2)
+        gone = admit(api, "acme", "alice", "gone").json()
+        kept = admit(api, "acme", "alice", "kept").json()
+        erased = api.delete(f"{memories_url('acme', 'alice')}?session_id=gone")
+        assert erased.status_code == 200 and erased.json()["counts"]["queued_work"] == 1
+        outbox.drain()
+        assert job(api, "acme", gone["job_id"])["phase"] == "cancelled"
+        assert job(api, "acme", kept["job_id"])["phase"] == "completed"
+
+    def test_stats(self, api):
+        for sid in ("a", "b", "c"):
+            session_with_events(api, "acme", "alice", sid, 2)
+        ids = [admit(api, "acme", "alice", sid).json()["job_id"] for sid in ("a", "b", "c")]
+        api.post(f"/api/v1/apps/acme/outbox/jobs/{ids[0]}/cancel")
+        OutboxJob.objects.filter(pk=ids[1]).update(due_at=connection_now() - timedelta(seconds=30))
+        stats = api.get("/api/v1/apps/acme/outbox/stats").json()
+        assert stats["by_phase"]["pending"] == 2 and stats["by_phase"]["cancelled"] == 1
+        assert stats["active"] == 2 and stats["active_bytes"] > 0
+        assert stats["oldest_due_age_seconds"] >= 30 and stats["expired_leases"] == 0
+        other = make_tenant("initech").client()
+        empty = other.get("/api/v1/apps/initech/outbox/stats").json()
+        assert empty["active"] == 0 and empty["oldest_due_age_seconds"] is None
+
+
+@pytest.mark.django_db
+class TestLimitsCapAndPruning:
+    def test_bytes_limit_per_scope_names_itself(self, api, settings):
+        settings.CTXADMIN_OUTBOX_MAX_ACTIVE_BYTES_PER_SCOPE = 200
+        session_with_events(api, "acme", "alice", "big", 5)
+        refused = admit(api, "acme", "alice", "big", status=429).json()["error"]
+        assert refused["code"] == "outbox_capacity_exceeded"
+        assert refused["details"] == {"limit": "active_bytes_per_scope", "maximum": 200}
+
+    def test_the_cap_refuses_until_pruning_frees_room(self, api, settings):
+        settings.CTXADMIN_OUTBOX_MAX_ROWS = 3
+        for sid in ("a", "b", "c", "d", "e"):
+            session_with_events(api, "acme", "alice", sid, 1)
+        done = [admit(api, "acme", "alice", sid).json()["job_id"] for sid in ("a", "b")]
+        outbox.drain()
+        live = admit(api, "acme", "alice", "c").json()["job_id"]
+        refused = admit(api, "acme", "alice", "d", status=429).json()["error"]
+        assert refused["code"] == "terminal_retention_full"
+        assert refused["details"] == {"limit": "rows", "maximum": 3}
+        # Pruning within the retention period removes nothing.
+        assert outbox.prune(10) == 0
+        assert outbox.prune(1, older_than=timedelta(0)) == 1
+        remaining = {str(pk) for pk in OutboxJob.objects.values_list("id", flat=True)}
+        assert remaining == {done[1], live}  # the oldest ended job went; the live one stays
+        admit(api, "acme", "alice", "d")
+        assert admit(api, "acme", "alice", "e", status=429).json()["error"]["code"] == (
+            "terminal_retention_full"
+        )
+        # Only ended jobs are ever pruned.
+        assert outbox.prune(10, older_than=timedelta(0)) == 1
+        assert {r.phase for r in OutboxJob.objects.all()} == {"pending"}
+
+    def test_the_prune_task_uses_the_retention_setting(self, api, settings):
+        settings.CTXADMIN_OUTBOX_RETENTION_SECONDS = 0
+        settings.CTXADMIN_OUTBOX_PRUNE_BATCH = 2
+        for sid in ("a", "b", "c"):
+            session_with_events(api, "acme", "alice", sid, 1)
+            admit(api, "acme", "alice", sid)
+        outbox.drain()
+        from memory.tasks import prune_outbox
+
+        assert prune_outbox() == 3
+        assert OutboxJob.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+class TestConcurrentAdmission:
+    def test_ten_concurrent_enqueues_in_one_scope_then_the_global_limit(
+        self, settings, monkeypatch
+    ):
+        # The jobs must stay active: no worker of this run may be told to drain them.
+        monkeypatch.setattr(drain_outbox, "delay_on_commit", lambda *args, **kwargs: None)
+        settings.CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS = 4
+        settings.CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS_PER_SCOPE = 2
+        tenant = make_tenant("acme")
+        client = tenant.client()
+        for n in range(10):
+            session_with_events(client, "acme", "alice", f"s{n}", 1)
+        for user in ("bob", "carol"):
+            session_with_events(client, "acme", user, "s", 1)
+        barrier = threading.Barrier(10)
+        codes: list[tuple[int, dict]] = []
+
+        def enqueue(n: int) -> None:
+            try:
+                barrier.wait()
+                result = tenant.client().post(
+                    f"{memories_url('acme', 'alice')}/ingestions",
+                    {"session_id": f"s{n}"},
+                    format="json",
+                )
+                codes.append((result.status_code, result.json()))
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=enqueue, args=(n,)) for n in range(10)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        accepted = [body for code, body in codes if code == 202]
+        refused = [body["error"] for code, body in codes if code == 429]
+        assert len(accepted) == 2 and len(refused) == 8
+        assert all(e["details"]["limit"] == "active_jobs_per_scope" for e in refused)
+        admit(client, "acme", "bob", "s")
+        admit(client, "acme", "bob", "s", status=200)  # a duplicate is never refused
+        admit(client, "acme", "carol", "s")  # the fourth active job
+        assert OutboxJob.objects.filter(phase="pending").count() == 4
+        session_with_events(client, "acme", "dave", "s", 1)
+        refused = admit(client, "acme", "dave", "s", status=429).json()["error"]
+        assert refused["details"] == {"limit": "active_jobs", "maximum": 4}
+
+    def test_the_drain_task_takes_ids_only(self):
+        with pytest.raises(TypeError):
+            drain_outbox.delay("the user's words")
+
+
+@pytest.mark.django_db
+class TestAutomaticPath:
+    def test_on_success_admits_when_an_invocation_completes(
+        self, api, owner, django_capture_on_commit_callbacks
+    ):
+        assert (
+            api.put(
+                "/api/v1/apps/acme/memory-policy", {"ingestion": "on_success"}, format="json"
+            ).json()["ingestion"]
+            == "on_success"
+        )
+        api.post(sessions_url("acme"), {"session_id": "auto"}, format="json")
+        events_url = f"{sessions_url('acme')}/auto/events"
+
+        def append(event):
+            with django_capture_on_commit_callbacks() as published:
+                assert api.post(events_url, {"event": event}, format="json").status_code == 201
+            return published
+
+        append(text("user", "I adopted a cat named Miso"))
+        assert OutboxJob.objects.count() == 0  # the invocation has not completed
+        assert len(append(text("agent", "Congratulations on Miso!", turn_complete=True))) == 1
+        [first] = OutboxJob.objects.all()
+        assert (first.first_seq, first.last_seq, first.events) == (1, 2, 2)
+        append(text("user", "Miso is two years old"))
+        append(text("agent", "Noted.", turn_complete=True))
+        second = OutboxJob.objects.exclude(pk=first.pk).get()
+        assert (second.first_seq, second.last_seq) == (3, 4)
+        outbox.drain()
+        assert len(scope_entries(owner.app.pk, "alice")) == 4
+
+    def test_off_by_default(self, api, django_capture_on_commit_callbacks):
+        api.post(sessions_url("acme"), {"session_id": "manual"}, format="json")
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            api.post(
+                f"{sessions_url('acme')}/manual/events",
+                {"event": text("agent", "Done.", turn_complete=True)},
+                format="json",
+            )
+        assert callbacks == []  # nothing admitted, nothing published
+        assert OutboxJob.objects.count() == 0
+        policy = api.get("/api/v1/apps/acme/memory-policy").json()
+        assert policy["ingestion"] == "off"
+        bad = api.put("/api/v1/apps/acme/memory-policy", {"ingestion": "always"}, format="json")
+        assert bad.status_code == 400
+
+
+def test_secret_text_redaction():
+    from ctxadmin.pruning import looks_like_secret, redact_secret_text
+
+    redacted = redact_secret_text(SECRET)
+    assert "sk-outbox" not in redacted and not looks_like_secret(redacted)
+    block = "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\nabc\n-----END RSA PRIVATE KEY-----\nbye"
+    assert redact_secret_text(block) == "key:\n[redacted]\nbye"
+    assert redact_secret_text("-----BEGIN PRIVATE KEY-----\nMIIE") == "[redacted]"
