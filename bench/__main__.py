@@ -31,7 +31,7 @@ from urllib.parse import urlencode, urlsplit
 import psutil
 import psycopg
 
-from bench import locomo, memory_bench
+from bench import locomo, memory_bench, outbox_bench
 from bench.workload import conversation
 from ctxadmin import stack
 from ctxadmin.testing.service import ServiceProcess
@@ -303,7 +303,13 @@ def ratio(ours: float, theirs: float, higher_is_better: bool) -> float:
 
 
 def write_report(
-    ours: dict, peer: dict | None, info: dict, args, compaction: dict, memory: dict
+    ours: dict,
+    peer: dict | None,
+    info: dict,
+    args,
+    compaction: dict,
+    memory: dict,
+    outbox: dict,
 ) -> None:
     rows = []
 
@@ -462,7 +468,8 @@ build uses `{{"budgets": {{"max_tokens": 32000}}, "overflow": "truncate"}}` and 
 ```
 
 {memory_bench.report(memory)}
-"""
+
+{outbox_bench.report(outbox)}"""
     )
 
 
@@ -527,6 +534,8 @@ def main() -> None:
             small=args.memory_small,
             skip_langgraph=args.skip_peer,
         )
+        print("measuring the ingestion outbox …", flush=True)
+        outbox = outbox_bench.measure(service, api)
         peer = None
         if not args.skip_peer:
             from bench import adk_peer
@@ -543,7 +552,7 @@ def main() -> None:
         _code, alive = service.stop()
         for process in alive:
             process.kill()
-    write_report(ours, peer, info, args, compaction, memory)
+    write_report(ours, peer, info, args, compaction, memory, outbox)
     print(f"wrote {REPORT}")
 
 

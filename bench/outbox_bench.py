@@ -385,7 +385,7 @@ def main() -> None:
             process.kill()
     section = report(results)
     stamp = (
-        f"\nRecorded by `.venv/bin/python -m bench.outbox_bench` on "
+        f"\n\nRecorded by `.venv/bin/python -m bench.outbox_bench` on "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC (same machine).\n"
     )
     section = section.replace(

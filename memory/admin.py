@@ -290,12 +290,12 @@ class OutboxJobAdmin(_ReadOnly):
     def retry_now(self, request, queryset):
         from memory import outbox
 
-        count = outbox.retry_now([job.pk for job in queryset.only("id")])
+        count = outbox.retry_now(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} waiting job(s) made due now.")
 
     @admin.action(description="Cancel active jobs", permissions=["operate"])
     def cancel_jobs(self, request, queryset):
         from memory import outbox
 
-        count = outbox.cancel_jobs([job.pk for job in queryset.only("id")])
+        count = outbox.cancel_jobs(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} active job(s) cancelled.")

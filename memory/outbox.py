@@ -40,6 +40,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
+from prometheus_client import Counter
 
 from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object
 from ctxadmin.canonical import canonical_json, fingerprint
@@ -50,6 +51,22 @@ from memory.models import OutboxJob
 from sessions_app.events import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.outbox")
+
+ADMISSIONS = Counter(
+    "ctxadmin_outbox_admissions_total",
+    "Ingestion admissions by outcome (admitted, deduplicated, refused).",
+    ["outcome"],
+)
+JOBS_ENDED = Counter(
+    "ctxadmin_outbox_jobs_ended_total",
+    "Ingestion jobs ended, by phase and code.",
+    ["phase", "code"],
+)
+EVENTS_PROCESSED = Counter(
+    "ctxadmin_outbox_events_total",
+    "Events written by ingestion jobs, by fate (added, duplicate, skipped).",
+    ["fate"],
+)
 
 ADAPTER = "session_events.v1"
 BATCH_EVENTS = 500
@@ -308,8 +325,13 @@ def admit(
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(_ADMISSION_LOCK))
             existing = OutboxJob.objects.filter(pk=job_id, app=app).first()
             if existing is not None:
+                ADMISSIONS.labels("deduplicated").inc()
                 return Admission(existing, True, more, rows[-1]["seq"] if more else None)
-            _check_limits(cursor, app, user_id, payload_bytes)
+            try:
+                _check_limits(cursor, app, user_id, payload_bytes)
+            except ApiError:
+                ADMISSIONS.labels("refused").inc()
+                raise
         job = OutboxJob.objects.create(
             id=job_id,
             app=app,
@@ -333,6 +355,7 @@ def admit(
         from memory.tasks import drain_outbox
 
         drain_outbox.delay_on_commit(job_id)
+    ADMISSIONS.labels("admitted").inc()
     logger.info(
         "outbox_admitted",
         extra={
@@ -414,6 +437,26 @@ def _fail_lost(cursor, job_id) -> None:
         """,
         [_MESSAGES["worker_lost"], job_id],
     )
+    JOBS_ENDED.labels(OutboxJob.FAILED, "worker_lost").inc()
+
+
+# The earliest due claimable job that no other worker holds, through the partial index of
+# active jobs (``outbox_claimable``): never a scan of ended jobs.
+CLAIM_NEXT_SQL = f"""
+    SELECT id, phase, attempts, max_attempts FROM memory_outboxjob
+     WHERE phase IN {_ACTIVE_SQL} AND due_at <= statement_timestamp()
+     ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED
+"""  # noqa: S608 - constant phases
+# Ended jobs past the retention period, oldest first, through ``outbox_terminal``.
+PRUNE_SQL = f"""
+    DELETE FROM memory_outboxjob
+     WHERE id IN (
+        SELECT id FROM memory_outboxjob
+         WHERE phase IN {_TERMINAL_SQL} AND finished_at <= statement_timestamp() - %s
+         ORDER BY finished_at
+         LIMIT %s
+         FOR UPDATE SKIP LOCKED)
+"""  # noqa: S608 - constant phases
 
 
 def claim(prefer: str | None = None) -> Claim | None:
@@ -436,11 +479,7 @@ def claim(prefer: str | None = None) -> Claim | None:
                 row = cursor.fetchone()
                 prefer = None
             if row is None:
-                cursor.execute(
-                    f"SELECT id, phase, attempts, max_attempts FROM memory_outboxjob "  # noqa: S608
-                    f"WHERE phase IN {_ACTIVE_SQL} AND due_at <= statement_timestamp() "
-                    f"ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED"
-                )
+                cursor.execute(CLAIM_NEXT_SQL)
                 row = cursor.fetchone()
             if row is None:
                 return None
@@ -681,7 +720,11 @@ def _advance(cursor, job: OutboxJob, token: str, size: int, result: BatchResult,
             token,
         ],
     )
+    EVENTS_PROCESSED.labels("added").inc(result.added)
+    EVENTS_PROCESSED.labels("duplicate").inc(result.duplicates)
+    EVENTS_PROCESSED.labels("skipped").inc(sum(skips.values()))
     if done:
+        JOBS_ENDED.labels(OutboxJob.COMPLETED, "").inc()
         job.phase = OutboxJob.COMPLETED
         logger.info(
             "outbox_job_completed",
@@ -710,6 +753,7 @@ def _end(cursor, job: OutboxJob, phase: str, code: str) -> None:
         """,
         [phase, code, _MESSAGES[code], erased, erased, job.pk],
     )
+    JOBS_ENDED.labels(phase, code).inc()
 
 
 def _error_code(exc: Exception) -> str:
@@ -764,6 +808,8 @@ def _record_failure(job: OutboxJob, token: str, exc: Exception) -> str:
             )
         if cursor.rowcount != 1:
             return "lease_lost"
+    if final:
+        JOBS_ENDED.labels(OutboxJob.FAILED, code).inc()
     logger.warning(
         "outbox_attempt_failed",
         extra={
@@ -831,6 +877,7 @@ def cancel(app: App, job_id: str) -> OutboxJob:
             details={"phase": job.phase},
         )
     if changed:
+        JOBS_ENDED.labels(OutboxJob.CANCELLED, "cancelled").inc()
         logger.info("outbox_job_cancelled", extra={"job": str(job.pk), "code": "cancelled"})
     return job
 
@@ -865,7 +912,9 @@ def cancel_jobs(job_ids: list) -> int:
             """,  # noqa: S608 - constant phases
             [_MESSAGES["cancelled"], list(job_ids)],
         )
-        return cursor.rowcount
+        cancelled = cursor.rowcount
+    JOBS_ENDED.labels(OutboxJob.CANCELLED, "cancelled").inc(cancelled)
+    return cancelled
 
 
 def job_json(job: OutboxJob) -> dict:
@@ -968,10 +1017,13 @@ def _erase_jobs(app: App, user_id: str, session_id: str | None) -> int:
                                           ELSE statement_timestamp() END,
                        payload = '[]'::jsonb, updated_at = statement_timestamp()
                  WHERE app_id = %s AND user_id = %s AND phase IN ('pending', 'running', 'retry')
+                RETURNING phase
                 """,
                 [message, app.pk, user_id],
             )
-            stopped = cursor.rowcount
+            phases = [row[0] for row in cursor.fetchall()]
+            JOBS_ENDED.labels(OutboxJob.CANCELLED, "erased").inc(phases.count("cancelled"))
+            stopped = len(phases)
             # A running job keeps its ids until its worker ends it (``_end`` blanks them).
             cursor.execute(
                 "UPDATE memory_outboxjob SET user_id = '', session_id = '', "
@@ -990,6 +1042,7 @@ def _erase_jobs(app: App, user_id: str, session_id: str | None) -> int:
             """,  # noqa: S608 - constant phases
             [message, app.pk, user_id, session_id],
         )
+        JOBS_ENDED.labels(OutboxJob.CANCELLED, "erased").inc(cursor.rowcount)
         return cursor.rowcount
 
 
@@ -1004,16 +1057,5 @@ def prune(limit: int | None = None, *, older_than: timedelta | None = None) -> i
     if older_than is None:
         older_than = timedelta(seconds=settings.CTXADMIN_OUTBOX_RETENTION_SECONDS)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            DELETE FROM memory_outboxjob
-             WHERE id IN (
-                SELECT id FROM memory_outboxjob
-                 WHERE phase IN {_TERMINAL_SQL} AND finished_at <= statement_timestamp() - %s
-                 ORDER BY finished_at
-                 LIMIT %s
-                 FOR UPDATE SKIP LOCKED)
-            """,  # noqa: S608 - constant phases
-            [older_than, limit],
-        )
+        cursor.execute(PRUNE_SQL, [older_than, limit])
         return cursor.rowcount

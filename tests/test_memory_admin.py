@@ -4,12 +4,15 @@ deletes, and the entry list reads none of the heavy columns and a bounded number
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from memory import admin as memory_admin
 from memory.governance import scope_fingerprint
@@ -236,3 +239,73 @@ def test_the_console_index_lists_the_memory_pages(operator, db):
     for model in ("memoryentry", "memorypolicy", "consent", "legalhold", "erasureepoch"):
         assert f"/admin/memory/{model}/".encode() in index.content
     assert b"/admin/memory/erasurereceipt/" in index.content
+
+
+JOBS = "/admin/memory/outboxjob/"
+
+
+@pytest.fixture
+def queued(owner):
+    """Two admitted ingestion jobs of acme/alice whose events hold the private words."""
+    from tests.outbox_helpers import admit
+
+    client = owner.client()
+    ids = []
+    for sid in ("s1", "s2"):
+        client.post("/api/v1/apps/acme/users/alice/sessions", {"session_id": sid}, format="json")
+        client.post(
+            f"/api/v1/apps/acme/users/alice/sessions/{sid}/events",
+            {
+                "event": {
+                    "author": "user",
+                    "content": {"role": "user", "parts": [{"text": CONTENT}]},
+                }
+            },
+            format="json",
+        )
+        ids.append(admit(client, "acme", "alice", sid).json()["job_id"])
+    return ids
+
+
+def test_outbox_jobs_are_listed_and_shown_without_their_payload(operator, queued):
+    page = operator.get(JOBS)
+    assert page.status_code == 200
+    assert queued[0].encode() in page.content and b"pending" in page.content
+    detail = operator.get(f"{JOBS}{queued[0]}/change/")
+    assert detail.status_code == 200
+    for private in PRIVATE:
+        assert private not in page.content and private not in detail.content
+    filtered = operator.get(f"{JOBS}?phase__exact=pending")
+    assert filtered.status_code == 200 and queued[1].encode() in filtered.content
+
+
+def test_outbox_actions_need_the_operate_permission_and_go_through_the_service(
+    operator, queued, client
+):
+    from memory.models import OutboxJob
+
+    later = timezone.now() + timedelta(hours=1)
+    OutboxJob.objects.filter(pk=queued[0]).update(phase="retry", due_at=later)
+    answer = operator.post(
+        JOBS, {"action": "cancel_jobs", "_selected_action": [queued[1]]}, follow=True
+    )
+    assert answer.status_code == 200
+    assert OutboxJob.objects.get(pk=queued[1]).phase == "cancelled"
+    assert OutboxJob.objects.get(pk=queued[1]).payload == []
+    assert OutboxJob.objects.get(pk=queued[0]).phase == "retry"
+    operator.post(JOBS, {"action": "retry_now", "_selected_action": [queued[0]]}, follow=True)
+    assert OutboxJob.objects.get(pk=queued[0]).due_at < later  # due now, still waiting
+    assert OutboxJob.objects.get(pk=queued[0]).phase == "retry"
+    # A staff user without the permission sees no action.
+    viewer = get_user_model().objects.create_user("viewer", password="v-pass-123456", is_staff=True)
+    from django.contrib.auth.models import Permission
+
+    viewer.user_permissions.add(Permission.objects.get(codename="view_outboxjob"))
+    client.force_login(viewer)
+    listing = client.get(JOBS)
+    assert listing.status_code == 200 and b"cancel_jobs" not in listing.content
+    OutboxJob.objects.filter(pk=queued[0]).update(due_at=later)
+    client.post(JOBS, {"action": "cancel_jobs", "_selected_action": [queued[0]]})
+    client.post(JOBS, {"action": "retry_now", "_selected_action": [queued[0]]})
+    unchanged = OutboxJob.objects.get(pk=queued[0])
+    assert unchanged.phase == "retry" and unchanged.due_at == later

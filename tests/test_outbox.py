@@ -558,3 +558,40 @@ def test_secret_text_redaction():
     block = "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\nabc\n-----END RSA PRIVATE KEY-----\nbye"
     assert redact_secret_text(block) == "key:\n[redacted]\nbye"
     assert redact_secret_text("-----BEGIN PRIVATE KEY-----\nMIIE") == "[redacted]"
+
+
+@pytest.mark.django_db
+class TestIndexesAndMetrics:
+    def plan(self, sql: str, params=None) -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+            return "\n".join(row[0] for row in cursor.fetchall())
+
+    def test_claiming_and_pruning_read_their_partial_indexes(self):
+        assert "outbox_claimable" in self.plan(outbox.CLAIM_NEXT_SQL)
+        assert "outbox_terminal" in self.plan(outbox.PRUNE_SQL, [timedelta(days=7), 1000])
+
+    def test_counters_follow_admissions_and_endings(self, api):
+        from prometheus_client import REGISTRY
+
+        def value(name, **labels):
+            return REGISTRY.get_sample_value(name, labels) or 0.0
+
+        before = (
+            value("ctxadmin_outbox_admissions_total", outcome="admitted"),
+            value("ctxadmin_outbox_admissions_total", outcome="deduplicated"),
+            value("ctxadmin_outbox_jobs_ended_total", phase="completed", code=""),
+            value("ctxadmin_outbox_events_total", fate="added"),
+        )
+        session_with_events(api, "acme", "alice", "m", 3)
+        admit(api, "acme", "alice", "m")
+        admit(api, "acme", "alice", "m", status=200)
+        outbox.drain()
+        after = (
+            value("ctxadmin_outbox_admissions_total", outcome="admitted"),
+            value("ctxadmin_outbox_admissions_total", outcome="deduplicated"),
+            value("ctxadmin_outbox_jobs_ended_total", phase="completed", code=""),
+            value("ctxadmin_outbox_events_total", fate="added"),
+        )
+        assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 1, 3]
