@@ -73,6 +73,8 @@ BATCH_EVENTS = 500
 MAX_JOB_EVENTS = 5_000
 MAX_ATTEMPTS_LIMIT = 20
 ADMIT_KEYS = frozenset({"session_id", "after_seq", "max_attempts"})
+# Ended jobs that admitting the same events again starts afresh (a completed one is found).
+_REVIVABLE = (OutboxJob.FAILED, OutboxJob.CANCELLED)
 ACTIVE = OutboxJob.ACTIVE
 TERMINAL = OutboxJob.TERMINAL
 _ACTIVE_SQL = "('pending', 'running', 'retry')"
@@ -230,13 +232,16 @@ def _capacity_error(limit: str, maximum: int, message: str) -> ApiError:
     )
 
 
-def _check_limits(cursor, app: App, user_id: str, payload_bytes: int) -> None:
-    """Under the admission lock: the cap on all rows, then the active limits per scope,
-    then the global ones. The first limit that would be exceeded is named."""
+def _check_limits(
+    cursor, app: App, user_id: str, payload_bytes: int, *, revive: bool = False
+) -> None:
+    """Under the admission lock: the cap on all rows (not for a job admitted again, which
+    replaces its own row), then the active limits per scope, then the global ones. The first
+    limit that would be exceeded is named."""
     cursor.execute("SELECT coalesce((SELECT total FROM memory_outboxrows WHERE id = 1), 0)")
     rows = int(cursor.fetchone()[0])
     cap = settings.CTXADMIN_OUTBOX_MAX_ROWS
-    if rows >= cap:
+    if rows >= cap and not revive:
         raise ApiError(
             "terminal_retention_full",
             "The outbox holds as many jobs as it may keep; ended jobs must be pruned first.",
@@ -288,11 +293,12 @@ def admit(
     after_seq: int = 0,
     max_attempts: int | None = None,
 ) -> Admission:
-    """Admit the session's events after ``after_seq`` as one job (or find the job that
-    already ingests exactly them at the current epoch). 404 for a session not in this scope,
-    422 ``nothing_to_ingest`` when no event follows ``after_seq``, 403 ``consent_required``
-    under a consent policy without consent, 429 ``outbox_capacity_exceeded`` (naming the
-    limit) or ``terminal_retention_full``."""
+    """Admit the session's events after ``after_seq`` as one job, or find the job that
+    already ingests exactly them at the current epoch (a failed or cancelled one starts
+    again, from its first event: what it wrote counts as duplicates). 404 for a session
+    not in this scope, 422 ``nothing_to_ingest`` when no event follows ``after_seq``, 403
+    ``consent_required`` under a consent policy without consent, 429
+    ``outbox_capacity_exceeded`` (naming the limit) or ``terminal_retention_full``."""
     attempts = settings.CTXADMIN_OUTBOX_MAX_ATTEMPTS if max_attempts is None else max_attempts
     governance.write_terms(app, user_id)  # consent, fail-closed
     rows = _session_events(app, user_id, session_id, after_seq)
@@ -324,14 +330,16 @@ def admit(
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(_ADMISSION_LOCK))
             existing = OutboxJob.objects.filter(pk=job_id, app=app).first()
-            if existing is not None:
+            if existing is not None and existing.phase not in _REVIVABLE:
                 ADMISSIONS.labels("deduplicated").inc()
                 return Admission(existing, True, more, rows[-1]["seq"] if more else None)
             try:
-                _check_limits(cursor, app, user_id, payload_bytes)
+                _check_limits(cursor, app, user_id, payload_bytes, revive=existing is not None)
             except ApiError:
                 ADMISSIONS.labels("refused").inc()
                 raise
+        if existing is not None:  # a failed or cancelled job of the same events: again
+            existing.delete()
         job = OutboxJob.objects.create(
             id=job_id,
             app=app,
@@ -402,9 +410,11 @@ def admit_on_success(app: App, user_id: str, session_id: str) -> Admission | Non
 
 
 def on_invocation_completed(sender, *, app: App, user_id: str, session_id: str, **kwargs):
-    """Receiver of ``sessions_app.signals.invocation_completed``."""
+    """Receiver of ``sessions_app.signals.invocation_completed``: in a savepoint, so that a
+    failure leaves the caller's transaction usable."""
     try:
-        admit_on_success(app, user_id, session_id)
+        with transaction.atomic():
+            admit_on_success(app, user_id, session_id)
     except Exception as exc:  # the append has happened; never fail it from here
         logger.warning(
             "outbox_automatic_admission_failed",

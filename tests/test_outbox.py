@@ -255,6 +255,14 @@ class TestLeasesEpochsAndFailures:
         status = job(api, "acme", admitted["job_id"])
         assert status["phase"] == "failed" and status["attempts"] == 2
         assert status["finished_at"] is not None and row(admitted["job_id"]).payload == []
+        # Room again: admitting the same events starts the failed job afresh.
+        settings.CTXADMIN_MEMORY_MAX_PER_SCOPE = 100
+        again = admit(api, "acme", "alice", "s").json()
+        assert again["job_id"] == admitted["job_id"] and again["deduplicated"] is False
+        assert again["phase"] == "pending"
+        assert outbox.drain() == {"completed": 1}
+        status = job(api, "acme", admitted["job_id"])
+        assert (status["attempts"], status["added"], status["error"]) == (1, 3, None)
 
     def test_backoff_grows_exponentially_with_jitter_and_a_ceiling(self, settings):
         settings.CTXADMIN_OUTBOX_BACKOFF_SECONDS = 2
@@ -337,6 +345,9 @@ class TestCancelErasureStats:
         assert api.post(url).status_code == 200  # again: the same answer
         assert row(admitted["job_id"]).payload == []
         assert outbox.drain() == {}
+        revived = admit(api, "acme", "alice", "s").json()  # admitted again: it runs
+        assert revived["job_id"] == admitted["job_id"] and revived["phase"] == "pending"
+        assert outbox.drain() == {"completed": 1}
         done = admit(api, "acme", "alice", "t").json()
         outbox.drain()
         ended = api.post(f"/api/v1/apps/acme/outbox/jobs/{done['job_id']}/cancel")

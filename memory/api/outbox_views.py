@@ -26,7 +26,8 @@ class MemoryIngestionsView(MemoryScopedView):
     @extend_schema(
         operation_id="memories_ingestions_admit",
         description="202 with the job (new) or 200 with `deduplicated: true` (the same events "
-        "at the same erasure epoch were admitted already). 404 for a session not in this "
+        "at the same erasure epoch were admitted already; a failed or cancelled job of them "
+        "starts afresh instead, 202). 404 for a session not in this "
         "scope; 422 `nothing_to_ingest`; 403 `consent_required`; 429 "
         "`outbox_capacity_exceeded` (details name the limit) or `terminal_retention_full`.",
         request={JSON: ref("OutboxAdmission")},
