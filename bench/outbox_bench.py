@@ -23,7 +23,6 @@ import os
 import queue
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -227,22 +226,13 @@ def extra_worker(service) -> subprocess.Popen:
     """A second Celery worker process beside the service's, on its database and broker."""
     log = open(service.var / "log" / "bench-extra-worker.log", "wb")
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "ctxadmin",
-            "worker",
-            "--hostname",
+        stack.celery_worker_argv(
             f"bench-extra-{os.getpid()}@%h",
-            "--concurrency",
-            "1",
-            "--loglevel",
-            "WARNING",
+            1,
             "--without-gossip",
             "--without-mingle",
-        ],
+            loglevel="WARNING",
+        ),
         cwd=stack.PROJECT_DIR,
         env=service.env,
         stdout=log,

@@ -95,4 +95,5 @@ def _schedule_from_settings(sender, **kwargs) -> None:
 
     BEAT_SCHEDULE["drain-outbox"]["schedule"] = float(settings.CTXADMIN_OUTBOX_SWEEP_SECONDS)
 
+
 app.autodiscover_tasks()

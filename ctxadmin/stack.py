@@ -469,3 +469,23 @@ class Supervisor:
 
 def python_argv(*args: str) -> list[str]:
     return [sys.executable, *args]
+
+
+def celery_worker_argv(
+    hostname: str, concurrency: int, *args: str, loglevel: str = "INFO"
+) -> list[str]:
+    """``celery worker`` for this project, in this interpreter (``args`` appended)."""
+    return python_argv(
+        "-m",
+        "celery",
+        "-A",
+        "ctxadmin",
+        "worker",
+        "--loglevel",
+        loglevel,
+        "--concurrency",
+        str(concurrency),
+        "--hostname",
+        hostname,
+        *args,
+    )

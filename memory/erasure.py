@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ctxadmin.api.errors import ApiError, strict_object
+from ctxadmin.api.errors import ApiError, strict_object, uuid_or_404
 from ctxadmin.canonical import fingerprint
 from ctxadmin.models import App
 from memory.governance import invalid, refuse_if_held, scope_fingerprint
@@ -184,10 +184,7 @@ def _counts(entries: int, queued: int = 0, consent: int = 0) -> dict[str, int]:
 
 def erase_entry(app: App, user_id: str, memory_id: str, key_prefix: str) -> dict:
     """One entry (expired or not). 404 when it does not exist in this scope."""
-    try:
-        entry_id = uuid.UUID(memory_id)
-    except ValueError:
-        raise not_found() from None
+    entry_id = uuid_or_404(memory_id)
     with transaction.atomic():
         lock_scope(app, user_id)
         with connection.cursor() as cursor:

@@ -42,7 +42,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from prometheus_client import Counter
 
-from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object
+from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object, uuid_or_404
 from ctxadmin.canonical import canonical_json, fingerprint
 from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
@@ -223,15 +223,6 @@ def job_id_for(app: App, user_id: str, session_id: str, event_ids: list[str], ep
     return str(uuid.UUID(hex=digest[:32]))
 
 
-def _capacity_error(limit: str, maximum: int, message: str) -> ApiError:
-    return ApiError(
-        "outbox_capacity_exceeded",
-        message,
-        status_code=429,
-        details={"limit": limit, "maximum": maximum},
-    )
-
-
 def _check_limits(
     cursor, app: App, user_id: str, payload_bytes: int, *, revive: bool = False
 ) -> None:
@@ -249,40 +240,30 @@ def _check_limits(
             details={"limit": "rows", "maximum": cap},
         )
     cursor.execute(
-        f"SELECT count(*), coalesce(sum(payload_bytes), 0) FROM memory_outboxjob "  # noqa: S608
-        f"WHERE app_id = %s AND user_id = %s AND phase IN {_ACTIVE_SQL}",
-        [app.pk, user_id],
+        f"""
+        SELECT count(*) FILTER (WHERE app_id = %s AND user_id = %s),
+               coalesce(sum(payload_bytes) FILTER (WHERE app_id = %s AND user_id = %s), 0),
+               count(*), coalesce(sum(payload_bytes), 0)
+          FROM memory_outboxjob WHERE phase IN {_ACTIVE_SQL}
+        """,  # noqa: S608 - constant phases
+        [app.pk, user_id, app.pk, user_id],
     )
-    scope_jobs, scope_bytes = cursor.fetchone()
-    if scope_jobs + 1 > settings.CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS_PER_SCOPE:
-        raise _capacity_error(
-            "active_jobs_per_scope",
-            settings.CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS_PER_SCOPE,
-            "This user has as many ingestion jobs waiting as allowed.",
-        )
-    if scope_bytes + payload_bytes > settings.CTXADMIN_OUTBOX_MAX_ACTIVE_BYTES_PER_SCOPE:
-        raise _capacity_error(
-            "active_bytes_per_scope",
-            settings.CTXADMIN_OUTBOX_MAX_ACTIVE_BYTES_PER_SCOPE,
-            "This user's waiting ingestion jobs hold as many bytes as allowed.",
-        )
-    cursor.execute(
-        f"SELECT count(*), coalesce(sum(payload_bytes), 0) FROM memory_outboxjob "  # noqa: S608
-        f"WHERE phase IN {_ACTIVE_SQL}"
+    scope_jobs, scope_bytes, all_jobs, all_bytes = cursor.fetchone()
+    limits = (
+        ("active_jobs_per_scope", scope_jobs + 1, "This user has", "jobs waiting"),
+        ("active_bytes_per_scope", scope_bytes + payload_bytes, "This user's jobs hold", "bytes"),
+        ("active_jobs", all_jobs + 1, "The deployment has", "jobs waiting"),
+        ("active_bytes", all_bytes + payload_bytes, "The deployment's jobs hold", "bytes"),
     )
-    all_jobs, all_bytes = cursor.fetchone()
-    if all_jobs + 1 > settings.CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS:
-        raise _capacity_error(
-            "active_jobs",
-            settings.CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS,
-            "The deployment has as many ingestion jobs waiting as allowed.",
-        )
-    if all_bytes + payload_bytes > settings.CTXADMIN_OUTBOX_MAX_ACTIVE_BYTES:
-        raise _capacity_error(
-            "active_bytes",
-            settings.CTXADMIN_OUTBOX_MAX_ACTIVE_BYTES,
-            "The deployment's waiting ingestion jobs hold as many bytes as allowed.",
-        )
+    for limit, wanted, who, what in limits:
+        maximum = getattr(settings, f"CTXADMIN_OUTBOX_MAX_{limit.upper()}")
+        if wanted > maximum:
+            raise ApiError(
+                "outbox_capacity_exceeded",
+                f"{who} as many ingestion {what} as allowed ({limit}: {maximum}).",
+                status_code=429,
+                details={"limit": limit, "maximum": maximum},
+            )
 
 
 def admit(
@@ -851,11 +832,7 @@ def drain(prefer: str | None = None, *, budget_seconds: float = 60.0) -> dict[st
 
 
 def get_job(app: App, job_id: str) -> OutboxJob:
-    try:
-        key = uuid.UUID(job_id)
-    except ValueError:
-        raise not_found() from None
-    job = OutboxJob.objects.filter(pk=key, app=app).first()
+    job = OutboxJob.objects.filter(pk=uuid_or_404(job_id), app=app).first()
     if job is None:
         raise not_found()
     return job

@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object
+from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object, uuid_or_404
 from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.models import App
 from ctxadmin.pruning import is_secret_key, looks_like_secret
@@ -368,7 +368,7 @@ def _same_or_conflict(row, digest: str) -> dict:
 
 
 def get_memory(app: App, user_id: str, memory_id: str) -> dict:
-    key = _uuid(memory_id)
+    key = uuid_or_404(memory_id)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
@@ -382,7 +382,7 @@ def get_memory(app: App, user_id: str, memory_id: str) -> dict:
 
 
 def delete_memory(app: App, user_id: str, memory_id: str) -> None:
-    key = _uuid(memory_id)
+    key = uuid_or_404(memory_id)
     with connection.cursor() as cursor:
         cursor.execute(
             "DELETE FROM memory_memoryentry WHERE app_id = %s AND user_id = %s AND id = %s",
@@ -390,13 +390,6 @@ def delete_memory(app: App, user_id: str, memory_id: str) -> None:
         )
         if cursor.rowcount == 0:
             raise not_found()
-
-
-def _uuid(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise not_found() from None
 
 
 def embed_pending_batch(batch_size: int = 128) -> int:

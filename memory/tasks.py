@@ -12,30 +12,33 @@ MAX_BATCHES_PER_RUN = 50
 MAX_PURGE_BATCHES_PER_RUN = 20
 
 
+def in_batches(run_batch, batch_size: int, max_batches: int) -> int:
+    """Call ``run_batch`` (which returns how many rows it handled) until a batch comes back
+    short of ``batch_size`` or ``max_batches`` ran; the rows handled in all. What is left
+    waits for the next run of the beat."""
+    total = 0
+    for _ in range(max_batches):
+        done = run_batch()
+        total += done
+        if done < batch_size:
+            break
+    return total
+
+
 @shared_task(name="memory.embed_pending")
 def embed_pending() -> int:
     """Embed entries written without a vector, in batches, until none is left (or a bound
     per run; the beat runs it again)."""
-    total = 0
-    for _ in range(MAX_BATCHES_PER_RUN):
-        done = services.embed_pending_batch()
-        total += done
-        if not done:
-            break
-    return total
+    return in_batches(services.embed_pending_batch, 1, MAX_BATCHES_PER_RUN)
 
 
 @shared_task(name="memory.purge_expired")
 def purge_expired() -> int:
     """Delete entries past their ``expires_at`` (already invisible to reads) in bounded
     batches; what is left waits for the next run of the beat."""
-    total = 0
-    for _ in range(MAX_PURGE_BATCHES_PER_RUN):
-        done = governance.purge_expired_batch()
-        total += done
-        if done < governance.PURGE_BATCH_SIZE:
-            break
-    return total
+    return in_batches(
+        governance.purge_expired_batch, governance.PURGE_BATCH_SIZE, MAX_PURGE_BATCHES_PER_RUN
+    )
 
 
 # How long one drain run keeps claiming jobs (below the task's soft time limit); the beat and
@@ -61,10 +64,4 @@ def prune_outbox() -> int:
     batches; what is left waits for the next run of the beat."""
     from memory import outbox
 
-    total = 0
-    for _ in range(MAX_PRUNE_BATCHES_PER_RUN):
-        done = outbox.prune()
-        total += done
-        if done < settings.CTXADMIN_OUTBOX_PRUNE_BATCH:
-            break
-    return total
+    return in_batches(outbox.prune, settings.CTXADMIN_OUTBOX_PRUNE_BATCH, MAX_PRUNE_BATCHES_PER_RUN)

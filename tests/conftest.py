@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -93,22 +92,7 @@ def start_celery_worker(
         "CTXADMIN_DB_POOL": "false",
         **(env or {}),
     }
-    argv = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "ctxadmin",
-        "worker",
-        "--hostname",
-        hostname,
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        "INFO",
-        "--without-gossip",
-        "--without-mingle",
-    ]
+    argv = stack.celery_worker_argv(hostname, concurrency, "--without-gossip", "--without-mingle")
     if beat:
         argv += ["--beat", "--schedule", str(work_dir / f"beat-{hostname.split('@')[0]}")]
     with open(log_path, "wb") as log:

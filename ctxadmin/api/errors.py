@@ -7,6 +7,7 @@ Every error the API returns goes through ``exception_handler`` (DRF) or ``error_
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -51,6 +52,14 @@ def invalid(path: str, message: str) -> ApiError:
 
 def not_found() -> ApiError:
     return ApiError("not_found", "Not found.", status_code=404)
+
+
+def uuid_or_404(value: str) -> uuid.UUID:
+    """A path's UUID; anything else names no object: 404 ``not_found``."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise not_found() from None
 
 
 def strict_object(body: Any, allowed: frozenset[str] | set[str]) -> dict:

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.api.errors import ApiError, uuid_or_404
 from ctxadmin.canonical import canonical_json, canonical_size, fingerprint
 from ctxadmin.models import App
 from sessions_app import store
@@ -765,11 +765,7 @@ def _purge(session_pk: int, row: Checkpoint, event_ids: list[str]) -> None:
 
 
 def get_checkpoint(session: Session, checkpoint_id: str) -> Checkpoint:
-    try:
-        key = uuid.UUID(checkpoint_id)
-    except ValueError:
-        raise not_found() from None
-    found = Checkpoint.objects.filter(session=session, pk=key).first()
+    found = Checkpoint.objects.filter(session=session, pk=uuid_or_404(checkpoint_id)).first()
     if found is None:
         raise not_found()
     return found

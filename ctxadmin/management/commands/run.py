@@ -106,19 +106,7 @@ class Command(BaseCommand):
             metrics_dir.mkdir(parents=True)
             supervisor.spawn(
                 "celery-worker",
-                stack.python_argv(
-                    "-m",
-                    "celery",
-                    "-A",
-                    "ctxadmin",
-                    "worker",
-                    "--loglevel",
-                    "INFO",
-                    "--concurrency",
-                    str(concurrency),
-                    "--hostname",
-                    "worker@%h",
-                ),
+                stack.celery_worker_argv("worker@%h", concurrency),
                 child_env,
             )
             supervisor.spawn(
