@@ -43,7 +43,7 @@ class TestEntries:
             metadata={"topic": "support", "priority": 3},
             provenance={"session_id": "s1", "event_id": "e1", "author": "user"},
         )
-        assert entry["sha256"] and entry["embedding_model"] == "hashing-v1-384"
+        assert entry["sha256"] and entry["embedding_model"] == "hashing-v2-384"
         assert entry["provenance"]["session_id"] == "s1"
         got = api.get(f"{url()}/{entry['id']}").json()
         assert got == entry
@@ -393,7 +393,7 @@ def test_reembed_command_refreshes_vectors_of_another_model(api):
     call_command("reembed", stdout=out)
     assert "cleared 1 vectors" in out.getvalue() and "embedded 1 memories" in out.getvalue()
     refreshed = MemoryEntry.objects.get(pk=entry["id"])
-    assert refreshed.embedding_model == "hashing-v1-384" and refreshed.embedding is not None
+    assert refreshed.embedding_model == "hashing-v2-384" and refreshed.embedding is not None
 
 
 def test_the_embedding_dimension_is_checked(settings):
