@@ -3,6 +3,7 @@ database keeps for it through every way entries are added and removed."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import threading
@@ -300,6 +301,29 @@ def test_vectors_stay_in_the_row_and_the_text_index_leads_with_the_scope():
         assert cursor.fetchone() == ("p",)
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_scope_search'")
         assert "gin (app_id, user_id, search)" in cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+def test_a_typical_entry_keeps_its_lexical_vector_in_the_row(owner):
+    """An entry of 60 distinct words with its embedding makes a row past 2 kB: the toaster
+    must not move ``search`` out of line (BM25 scoring reads it for every candidate)."""
+    client = owner.client()
+    # Distinct, incompressible words: the toaster cannot shrink the values in place.
+    words = " ".join(hashlib.sha256(str(n).encode()).hexdigest()[:12] for n in range(60))
+    entry = add(client, content=f"The plan mentions {words}", embed="sync")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_column_size(e.*) > 2100, pg_column_toast_chunk_id(search) IS NULL, "
+            "pg_column_toast_chunk_id(embedding) IS NULL "
+            "FROM memory_memoryentry e WHERE id = %s",
+            [entry["id"]],
+        )
+        assert cursor.fetchone() == (True, True, True)
+        cursor.execute(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memory_memoryentry'::regclass "
+            "AND attname = 'search'"
+        )
+        assert cursor.fetchone() == ("m",)
 
 
 @pytest.mark.django_db(transaction=True)
