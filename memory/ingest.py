@@ -29,13 +29,15 @@ class IngestResult:
     memory_ids: list[str]
 
 
-def _text(event: dict) -> str:
+def event_text(event: dict) -> str:
+    """An event's text parts, joined by newlines and stripped."""
     content = event.get("content") or {}
     return "\n".join(part["text"] for part in content.get("parts", []) if "text" in part).strip()
 
 
-def skip_reason(event: dict) -> str | None:
-    """Why an event is not memory, or None when it is."""
+def unfit_reason(event: dict) -> str | None:
+    """Why an event holds no memory whatever its text says (``partial``, ``no_event_id``,
+    ``control``: no text part, ``empty``), or None."""
     if event.get("partial"):
         return "partial"
     if not event.get("event_id"):
@@ -43,12 +45,18 @@ def skip_reason(event: dict) -> str | None:
     content = event.get("content")
     if not content or not any("text" in part for part in content.get("parts", [])):
         return "control"
-    text = _text(event)
-    if not text:
+    if not event_text(event):
         return "empty"
-    if looks_like_secret(text):
-        return "secret"
     return None
+
+
+def skip_reason(event: dict) -> str | None:
+    """Why an event is not memory, or None when it is: ``unfit_reason``, or ``secret`` for
+    text that looks like it carries a credential."""
+    reason = unfit_reason(event)
+    if reason is None and looks_like_secret(event_text(event)):
+        return "secret"
+    return reason
 
 
 def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> IngestResult:
@@ -70,7 +78,7 @@ def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> Ing
             continue
         role = (event["content"] or {}).get("role", "")
         new = services.NewMemory(
-            content=_text(event),
+            content=event_text(event),
             metadata={"role": role, "source": "session"},
             idempotency_key=f"session:{session_id}:{event['event_id']}",
             session_id=session_id,

@@ -46,7 +46,7 @@ from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object, uui
 from ctxadmin.canonical import canonical_json, fingerprint
 from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
-from memory import erasure, governance, services
+from memory import erasure, governance, ingest, services
 from memory.models import OutboxJob
 from sessions_app.events import iso_timestamp
 
@@ -103,11 +103,6 @@ _PERMANENT = frozenset({"consent_required"})
 # ----------------------------------------------------------------------------- sanitising
 
 
-def _text(content: dict | None) -> str:
-    parts = (content or {}).get("parts") or []
-    return "\n".join(p["text"] for p in parts if isinstance(p, dict) and "text" in p).strip()
-
-
 def sanitise(row: dict) -> tuple[dict, bool]:
     """One stored event as a payload item, and whether credentials were redacted from it.
 
@@ -117,15 +112,10 @@ def sanitise(row: dict) -> tuple[dict, bool]:
     ``empty``, ``too_large`` (over ``CTXADMIN_MEMORY_MAX_CONTENT_BYTES``), ``secret`` (nothing
     left once redacted)."""
     base = {"event_id": row["event_id"], "seq": row["seq"]}
-    content = row.get("content")
-    if row.get("partial"):
-        return {**base, "skip": "partial"}, False
-    parts = (content or {}).get("parts") or []
-    if not any(isinstance(p, dict) and "text" in p for p in parts):
-        return {**base, "skip": "control"}, False
-    text = _text(content).replace("\x00", "")
-    if not text:
-        return {**base, "skip": "empty"}, False
+    unfit = ingest.unfit_reason(row)
+    if unfit is not None:
+        return {**base, "skip": unfit}, False
+    text = ingest.event_text(row).replace("\x00", "")
     redacted = False
     if looks_like_secret(text):
         text = redact_secret_text(text).strip()
@@ -137,7 +127,7 @@ def sanitise(row: dict) -> tuple[dict, bool]:
     return {
         **base,
         "author": row["author"],
-        "role": (content or {}).get("role") or row.get("role") or "",
+        "role": (row["content"] or {}).get("role") or row.get("role") or "",
         "timestamp": iso_timestamp(row["timestamp"]),
         "text": text,
     }, redacted
