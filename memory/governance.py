@@ -112,13 +112,7 @@ def policy_state(app: App) -> dict:
     if row is None:
         return {**DEFAULT_POLICY.as_dict(), "source": "default", "updated_at": None}
     return {
-        **Policy(
-            row.consent_required,
-            row.default_ttl_seconds,
-            row.retention_days,
-            row.legal_hold,
-            row.ingestion,
-        ).as_dict(),
+        **{name: getattr(row, name) for name in POLICY_KEYS},
         "source": "app",
         "updated_at": iso_timestamp(row.updated_at),
     }
