@@ -157,6 +157,28 @@ def _check_dimension(dimension: Any, *, minimum: int = 1) -> int:
 # --------------------------------------------------------------------------- embed_all
 
 
+def clip_utf8(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8, at a character boundary."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode("utf-8", errors="ignore")
+
+
+def embed_memories(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
+    """The vectors of memories' contents under the default ``EmbeddingLimits``: each text is
+    embedded from its first ``max_input_bytes`` (a memory may hold up to
+    ``CTXADMIN_MEMORY_MAX_CONTENT_BYTES``; sentence models read far less than either), so a
+    long memory is embedded, never refused or left unembedded."""
+    limits = EmbeddingLimits()
+    return embed_all(
+        embedder,
+        [clip_utf8(text, limits.max_input_bytes) for text in texts],
+        limits=limits,
+        deadline=time.monotonic() + limits.timeout_s,
+    )
+
+
 def embed_all(
     embedder: Embedder,
     texts: Sequence[str],

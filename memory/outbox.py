@@ -514,13 +514,7 @@ def _embedded(items: list[dict]) -> tuple[list[str | None], str]:
     embedder = embeddings.embedder_from_settings()
     if not services.embedder_is_local(embedder) or not items:
         return [None] * len(items), ""
-    limits = embeddings.EmbeddingLimits()
-    vectors = embeddings.embed_all(
-        embedder,
-        [item["text"] for item in items],
-        limits=limits,
-        deadline=time.monotonic() + limits.timeout_s,
-    )
+    vectors = embeddings.embed_memories(embedder, [item["text"] for item in items])
     return [services.vector_text(v) for v in vectors], embedder.name
 
 

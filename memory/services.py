@@ -329,12 +329,7 @@ def _embed_one(embedder, text: str) -> list[float]:
     from memory import embeddings
 
     try:
-        return embeddings.embed_all(
-            embedder,
-            [text],
-            limits=embeddings.EmbeddingLimits(),
-            deadline=time.monotonic() + embeddings.EmbeddingLimits().timeout_s,
-        )[0]
+        return embeddings.embed_memories(embedder, [text])[0]
     except embeddings.EmbeddingError as exc:
         raise ApiError(
             exc.code, "The embedder could not embed this memory.", status_code=502
@@ -408,12 +403,7 @@ def embed_pending_batch(batch_size: int = 128) -> int:
             rows = cursor.fetchall()
         if not rows:
             return 0
-        vectors = embeddings.embed_all(
-            embedder,
-            [content for _id, content in rows],
-            limits=embeddings.EmbeddingLimits(),
-            deadline=time.monotonic() + embeddings.EmbeddingLimits().timeout_s,
-        )
+        vectors = embeddings.embed_memories(embedder, [content for _id, content in rows])
         with connection.cursor() as cursor:
             cursor.executemany(
                 "UPDATE memory_memoryentry SET embedding = %s::vector, embedding_model = %s, "

@@ -416,3 +416,33 @@ def test_vectors_of_another_embedder_are_never_compared(api):
     # Still found lexically, so hybrid search keeps it.
     hybrid = search(api, query="sailing on the lake", limit=10)["hits"]
     assert {hit["id"] for hit in hybrid} == {kept["id"], stale["id"]}
+
+
+@pytest.mark.django_db
+def test_a_memory_longer_than_an_embedding_input_is_embedded_from_its_beginning(api, owner):
+    """Content may hold 32 KiB; an embedding input at most 8 KiB: the vector is the first
+    8 KiB's, whether embedded at once, by the embedding task or by the outbox."""
+    from memory import embeddings, outbox
+    from memory.tasks import embed_pending
+
+    head = "é" * 4096  # 8,192 bytes of UTF-8: a cut there must not split a character
+    long_text = head + " and then " + "the rest of a long memory " * 500
+    assert len(long_text.encode()) > 16_000
+    embedder = embeddings.embedder_from_settings()
+    expected = [round(x, 5) for x in embedder.vector(head)]
+    stored = add(api, content=long_text)  # embedded at once
+    later = add(api, content=long_text + " (again)", embed="async")
+    assert MemoryEntry.objects.get(pk=later["id"]).embedding is None
+    assert embed_pending() >= 1
+    sessions = "/api/v1/apps/acme/users/alice/sessions"
+    assert api.post(sessions, {"session_id": "long"}, format="json").status_code == 201
+    event = {"author": "user", "content": {"role": "user", "parts": [{"text": long_text}]}}
+    appended = api.post(f"{sessions}/long/events", {"event": event}, format="json")
+    assert appended.status_code == 201, appended.content
+    admitted = api.post(f"{url()}/ingestions", {"session_id": "long"}, format="json")
+    assert admitted.status_code == 202, admitted.content
+    assert outbox.drain() == {"completed": 1}
+    rows = MemoryEntry.objects.filter(app=owner.app, user_id="alice")
+    assert rows.count() == 3 and stored["embedding_model"] == embedder.name
+    for row in rows:
+        assert [round(float(x), 5) for x in row.embedding] == expected
