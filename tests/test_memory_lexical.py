@@ -4,6 +4,7 @@ database keeps for it through every way entries are added and removed."""
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import random
 import threading
@@ -352,3 +353,46 @@ def test_the_statistics_migration_counts_the_entries_already_there():
     assert_statistics_hold()
     hits = search(client, user="bob", query="sailing triggers", mode="lexical")
     assert len(hits["hits"]) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reembed_stores_an_out_of_line_lexical_vector_back_in_the_row():
+    """A row written before migration 0006 (its settings undone for the write) holds
+    ``search`` in TOAST; ``reembed`` (as after the upgrade to hashing-v2) writes it back in
+    the row, leaving the lexical statistics as they were."""
+    from django.core.management import call_command
+
+    client = make_tenant("acme").client()
+    words = " ".join(hashlib.sha256(str(n).encode()).hexdigest()[:12] for n in range(60))
+    restore = (
+        "ALTER TABLE memory_memoryentry ALTER COLUMN search SET STORAGE MAIN; "
+        "ALTER TABLE memory_memoryentry SET (toast_tuple_target = 4080)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "ALTER TABLE memory_memoryentry ALTER COLUMN search SET STORAGE EXTENDED; "
+            "ALTER TABLE memory_memoryentry RESET (toast_tuple_target)"
+        )
+        try:
+            entry = add(client, content=f"The plan mentions {words}", embed="sync")
+        finally:
+            cursor.execute(restore)
+        cursor.execute(
+            "UPDATE memory_memoryentry SET embedding_model = 'hashing-v1-384' WHERE id = %s",
+            [entry["id"]],
+        )
+
+        def state():
+            cursor.execute(
+                "SELECT pg_column_toast_chunk_id(search) IS NULL FROM memory_memoryentry "
+                "WHERE id = %s",
+                [entry["id"]],
+            )
+            inline = cursor.fetchone()[0]
+            cursor.execute("SELECT sum(entries) FROM memory_termstats")
+            return inline, cursor.fetchone()[0]
+
+        before = state()
+        assert before[0] is False  # out of line, as rows written before 0006
+        call_command("reembed", stdout=io.StringIO())
+        assert state() == (True, before[1])

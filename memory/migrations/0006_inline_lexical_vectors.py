@@ -6,7 +6,8 @@
 # one). Rows now go to TOAST only past 4,080 bytes, and then ``search`` (storage MAIN) is the
 # last value moved out. On the benchmark's worst query (9,191 candidates in a scope of
 # 100,000) the scoring statement went from 63 ms to 20 ms. Rows written before this keep an
-# out-of-line ``search`` until they are rewritten.
+# out-of-line ``search`` until they are rewritten: ``manage.py reembed`` does it (which the
+# upgrade to hashing-v2 needs anyway).
 
 from django.db import migrations
 

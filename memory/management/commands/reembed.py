@@ -1,5 +1,9 @@
 """Re-embed memories after the embedder changed: entries embedded by another model (or,
-with ``--all``, every entry) lose their vector and are embedded again in batches."""
+with ``--all``, every entry) lose their vector and are embedded again in batches.
+
+The same statement stores their lexical vector again (``search || ''``, equal to it, so the
+statistics triggers do not fire): rows written before migration 0006 had it moved out of
+line, and a row written again keeps it inline."""
 
 from __future__ import annotations
 
@@ -25,12 +29,14 @@ class Command(BaseCommand):
         with connection.cursor() as cursor:
             if options["all"]:
                 cursor.execute(
-                    "UPDATE memory_memoryentry SET embedding = NULL, embedding_model = '' "
+                    "UPDATE memory_memoryentry SET embedding = NULL, embedding_model = '', "
+                    "search = search || ''::tsvector "
                     "WHERE embedding IS NOT NULL"
                 )
             else:
                 cursor.execute(
-                    "UPDATE memory_memoryentry SET embedding = NULL, embedding_model = '' "
+                    "UPDATE memory_memoryentry SET embedding = NULL, embedding_model = '', "
+                    "search = search || ''::tsvector "
                     "WHERE embedding IS NOT NULL AND embedding_model <> %s",
                     [embedder.name],
                 )
