@@ -61,6 +61,20 @@ def database_url_for_current_connection() -> str:
     return f"postgres://{credentials}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
 
 
+def spawn(argv: list[str], env: dict, log_path: Path) -> subprocess.Popen:
+    """A background process of the project, in its own process group, logging to a file."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            cwd=stack.PROJECT_DIR,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
 @dataclass
 class WorkerProcess:
     """A ``celery worker`` process started by a test (see ``start_celery_worker``)."""
@@ -95,16 +109,7 @@ def start_celery_worker(
     argv = stack.celery_worker_argv(hostname, concurrency, "--without-gossip", "--without-mingle")
     if beat:
         argv += ["--beat", "--schedule", str(work_dir / f"beat-{hostname.split('@')[0]}")]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            argv,
-            env=environment,
-            cwd=stack.PROJECT_DIR,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    process = spawn(argv, environment, log_path)
     worker = WorkerProcess(hostname, process, log_path)
     deadline = time.monotonic() + 90
     while b" ready." not in log_path.read_bytes():

@@ -22,6 +22,7 @@ from memory.tasks import drain_outbox
 from tests.conftest import (
     database_url_for_current_connection,
     make_tenant,
+    spawn,
     start_celery_worker,
 )
 from tests.outbox_helpers import (
@@ -128,25 +129,17 @@ def _web_server(work_dir: Path, broker_url: str) -> tuple[subprocess.Popen, str]
         "CELERY_BROKER_URL": broker_url,
     }
     work_dir.mkdir(parents=True, exist_ok=True)
-    log = open(work_dir / "web.log", "wb")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "ctxadmin.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-        ],
-        env=env,
-        cwd=stack.PROJECT_DIR,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    argv = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "ctxadmin.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        "1",
+    ]
+    process = spawn(argv, env, work_dir / "web.log")
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
