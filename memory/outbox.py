@@ -1,8 +1,9 @@
 """The durable ingestion outbox: session events become memories through leased jobs.
 
 Admission is one local transaction: the session's events after ``after_seq`` (at most
-``MAX_JOB_EVENTS``) are sanitised — credentials in text redacted, partial, control, empty
-and oversized events marked skipped — the scope's erasure epoch is captured, and the job
+``MAX_JOB_EVENTS`` and ``MAX_JOB_BYTES``) are sanitised — credentials in text redacted,
+partial, control, empty and oversized events marked skipped — the scope's erasure epoch is
+captured, and the job
 row is written (its id derived from the adapter, the scope, the session, the ordered event
 ids and the epoch, so the same request finds the same job). Limits on active jobs and bytes,
 global and per scope, and a cap on all rows are checked under one lock, so concurrent
@@ -71,6 +72,8 @@ EVENTS_PROCESSED = Counter(
 ADAPTER = "session_events.v1"
 BATCH_EVENTS = 500
 MAX_JOB_EVENTS = 5_000
+# The stored bytes of the events one job takes at most (its first event whatever its size).
+MAX_JOB_BYTES = 8 * 1024 * 1024
 MAX_ATTEMPTS_LIMIT = 20
 ADMIT_KEYS = frozenset({"session_id", "after_seq", "max_attempts"})
 # Ended jobs that admitting the same events again starts afresh (a completed one is found).
@@ -168,17 +171,24 @@ def parse_request(body: Any) -> tuple[str, int, int]:
 
 
 def _session_events(app: App, user_id: str, session_id: str, after_seq: int) -> list[dict]:
+    """The session's events after ``after_seq`` in order, with the running total of their
+    stored bytes: those that start within ``MAX_JOB_BYTES`` (the first event always), at
+    most ``MAX_JOB_EVENTS`` + 1."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT e.event_id, e.seq, e.author, e.role, e.content, e.timestamp
-              FROM sessions_app_session s
-              JOIN sessions_app_event e ON e.session_id = s.id
-             WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s AND e.seq > %s
-             ORDER BY e.seq
+            SELECT event_id, seq, author, role, content, timestamp, running FROM (
+                SELECT e.event_id, e.seq, e.author, e.role, e.content, e.timestamp,
+                       e.byte_size, sum(e.byte_size) OVER (ORDER BY e.seq) AS running
+                  FROM sessions_app_session s
+                  JOIN sessions_app_event e ON e.session_id = s.id
+                 WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s AND e.seq > %s
+            ) events
+             WHERE running - byte_size <= %s
+             ORDER BY seq
              LIMIT %s
             """,
-            [app.pk, user_id, session_id, after_seq, MAX_JOB_EVENTS + 1],
+            [app.pk, user_id, session_id, after_seq, MAX_JOB_BYTES, MAX_JOB_EVENTS + 1],
         )
         names = [column.name for column in cursor.description]
         rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -186,6 +196,20 @@ def _session_events(app: App, user_id: str, session_id: str, after_seq: int) -> 
         if isinstance(row["content"], str):
             row["content"] = json.loads(row["content"])
     return rows
+
+
+def _has_events_after(app: App, user_id: str, session_id: str, seq: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT EXISTS (SELECT 1 FROM sessions_app_session s
+                             JOIN sessions_app_event e ON e.session_id = s.id
+                            WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s
+                              AND e.seq > %s)
+            """,
+            [app.pk, user_id, session_id, seq],
+        )
+        return cursor.fetchone()[0]
 
 
 def _session_exists(app: App, user_id: str, session_id: str) -> bool:
@@ -282,8 +306,13 @@ def admit(
             status_code=422,
             details={"after_seq": after_seq},
         )
-    more = len(rows) > MAX_JOB_EVENTS
-    rows = rows[:MAX_JOB_EVENTS]
+    taken = 0
+    while taken < len(rows) and taken < MAX_JOB_EVENTS:
+        if taken and rows[taken]["running"] > MAX_JOB_BYTES:
+            break
+        taken += 1
+    more = taken < len(rows) or _has_events_after(app, user_id, session_id, rows[taken - 1]["seq"])
+    rows = rows[:taken]
     payload, reasons, redacted = [], {}, 0
     for row in rows:
         item, was_redacted = sanitise(row)

@@ -142,6 +142,19 @@ class TestAdmissionAndProcessing:
         rest = admit(api, "acme", "alice", "long", after_seq=first["next_after_seq"]).json()
         assert rest["events"] == 2 and rest["more"] is False and rest["next_after_seq"] is None
 
+    def test_more_than_8_mib_of_events_are_admitted_in_parts(self, api, monkeypatch):
+        session_with_events(api, "acme", "alice", "big", 5)
+        listed = api.get(f"{sessions_url('acme')}/big/events").json()["results"]
+        sizes = [event["byte_size"] for event in listed]
+        # Room for two events and a half: the third would pass the bound.
+        monkeypatch.setattr(outbox, "MAX_JOB_BYTES", sizes[0] + sizes[1] + sizes[2] // 2)
+        first = admit(api, "acme", "alice", "big").json()
+        assert (first["events"], first["more"], first["next_after_seq"]) == (2, True, 2)
+        # A single event over the bound still makes a job of its own.
+        monkeypatch.setattr(outbox, "MAX_JOB_BYTES", 1)
+        alone = admit(api, "acme", "alice", "big", after_seq=2).json()
+        assert (alone["events"], alone["more"], alone["next_after_seq"]) == (1, True, 3)
+
     @pytest.mark.parametrize(
         ("body", "field"),
         [

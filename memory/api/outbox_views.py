@@ -21,7 +21,8 @@ def _status_url(request, app: str, job_id: str) -> str:
 
 class MemoryIngestionsView(MemoryScopedView):
     """``{"session_id", "after_seq"?, "max_attempts"?}``: the session's events after
-    ``after_seq`` (at most 5,000) become one durable ingestion job, drained by workers."""
+    ``after_seq`` (at most 5,000 events and 8 MiB) become one durable ingestion job, drained
+    by workers."""
 
     @extend_schema(
         operation_id="memories_ingestions_admit",

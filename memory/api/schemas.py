@@ -293,8 +293,8 @@ COMPONENTS["OutboxAdmitted"] = _strict(
         "erasure_epoch": _COUNT,
         "more": {
             "type": "boolean",
-            "description": "more than 5,000 events followed after_seq: admit again from "
-            "next_after_seq",
+            "description": "more events follow than one job takes (5,000 events, 8 MiB): "
+            "admit again from next_after_seq",
         },
         "next_after_seq": {"type": "integer", "nullable": True},
     },
