@@ -170,7 +170,9 @@ def parse_request(body: Any) -> tuple[str, int, int]:
     return session_id, after_seq, attempts
 
 
-def _session_events(app: App, user_id: str, session_id: str, after_seq: int) -> list[dict]:
+def _session_events(
+    app: App, user_id: str, session_id: str, after_seq: int, appended_after=None
+) -> list[dict]:
     """The session's events after ``after_seq`` in order, with the running total of their
     stored bytes: those that start within ``MAX_JOB_BYTES`` (the first event always), at
     most ``MAX_JOB_EVENTS`` + 1."""
@@ -183,12 +185,22 @@ def _session_events(app: App, user_id: str, session_id: str, after_seq: int) -> 
                   FROM sessions_app_session s
                   JOIN sessions_app_event e ON e.session_id = s.id
                  WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s AND e.seq > %s
+                   AND (%s::timestamptz IS NULL OR e.created_at > %s::timestamptz)
             ) events
              WHERE running - byte_size <= %s
              ORDER BY seq
              LIMIT %s
             """,
-            [app.pk, user_id, session_id, after_seq, MAX_JOB_BYTES, MAX_JOB_EVENTS + 1],
+            [
+                app.pk,
+                user_id,
+                session_id,
+                after_seq,
+                appended_after,
+                appended_after,
+                MAX_JOB_BYTES,
+                MAX_JOB_EVENTS + 1,
+            ],
         )
         names = [column.name for column in cursor.description]
         rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -287,6 +299,7 @@ def admit(
     *,
     after_seq: int = 0,
     max_attempts: int | None = None,
+    appended_after=None,
 ) -> Admission:
     """Admit the session's events after ``after_seq`` as one job, or find the job that
     already ingests exactly them at the current epoch (a failed or cancelled one starts
@@ -296,7 +309,7 @@ def admit(
     ``outbox_capacity_exceeded`` (naming the limit) or ``terminal_retention_full``."""
     attempts = settings.CTXADMIN_OUTBOX_MAX_ATTEMPTS if max_attempts is None else max_attempts
     governance.write_terms(app, user_id)  # consent, fail-closed
-    rows = _session_events(app, user_id, session_id, after_seq)
+    rows = _session_events(app, user_id, session_id, after_seq, appended_after)
     if not rows:
         if not _session_exists(app, user_id, session_id):
             raise not_found()
@@ -394,18 +407,47 @@ def next_after_seq(app: App, user_id: str, session_id: str) -> int:
         return int(cursor.fetchone()[0])
 
 
+def erased_at(app: App, user_id: str, session_id: str):
+    """When this user's memory or this session's memories were last erased (None: never):
+    events appended before then are never ingested automatically again, whatever the
+    outbox still remembers of them."""
+    scope = governance.scope_fingerprint(app, user_id)
+    target = fingerprint({"app_id": app.pk, "user_id": user_id, "session_id": session_id})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT greatest(
+                (SELECT updated_at FROM memory_erasureepoch
+                  WHERE app_id = %s AND scope_fingerprint = %s),
+                (SELECT max(created_at) FROM memory_erasurereceipt
+                  WHERE app_id = %s AND scope_fingerprint = %s AND kind = 'session'
+                    AND target_fingerprint = %s))
+            """,
+            [app.pk, scope, app.pk, scope, target],
+        )
+        return cursor.fetchone()[0]
+
+
 def admit_on_success(app: App, user_id: str, session_id: str) -> Admission | None:
     """The automatic path: where the app's memory policy says ``ingestion: on_success``,
-    admit the session's events not yet admitted. A refusal is logged, never raised: the
-    events the append stored stay, and the next completed invocation tries again."""
+    admit the session's events not yet admitted and appended since the user's or the
+    session's last erasure. A refusal is logged, never raised: the events the append stored
+    stay, and the next completed invocation tries again."""
     if not governance.ingests_on_success(app):
         return None
     try:
-        return admit(app, user_id, session_id, after_seq=next_after_seq(app, user_id, session_id))
-    except ApiError as exc:
-        logger.warning(
-            "outbox_automatic_admission_refused", extra={"app": app.pk, "code": _code(exc)}
+        return admit(
+            app,
+            user_id,
+            session_id,
+            after_seq=next_after_seq(app, user_id, session_id),
+            appended_after=erased_at(app, user_id, session_id),
         )
+    except ApiError as exc:
+        if _code(exc) != "nothing_to_ingest":
+            logger.warning(
+                "outbox_automatic_admission_refused", extra={"app": app.pk, "code": _code(exc)}
+            )
         return None
 
 

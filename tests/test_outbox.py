@@ -558,6 +558,42 @@ class TestAutomaticPath:
         outbox.drain()
         assert len(scope_entries(owner.app.pk, "alice")) == 4
 
+    @pytest.mark.django_db(transaction=True)  # the clock moves between statements
+    def test_erased_memory_never_comes_back_from_older_events(self, monkeypatch):
+        """After a user's or a session's erasure, the automatic path admits only the events
+        appended since: the session's older events, still stored, stay out of memory."""
+        # This test drains the jobs itself: no worker of this run is told of them.
+        monkeypatch.setattr(drain_outbox, "delay_on_commit", lambda *args, **kwargs: None)
+        owner = make_tenant("acme")
+        api = owner.client()
+        api.put("/api/v1/apps/acme/memory-policy", {"ingestion": "on_success"}, format="json")
+        api.post(sessions_url("acme"), {"session_id": "auto"}, format="json")
+        events_url = f"{sessions_url('acme')}/auto/events"
+
+        def turn(user_words: str, answer: str) -> None:
+            for event in (text("user", user_words), text("agent", answer, turn_complete=True)):
+                assert api.post(events_url, {"event": event}, format="json").status_code == 201
+            outbox.drain()
+
+        def remembered() -> list[str]:
+            return sorted(content for _key, content in scope_entries(owner.app.pk, "alice"))
+
+        turn("my sister is called Ana", "Noted, Ana.")
+        assert remembered() == ["Noted, Ana.", "my sister is called Ana"]
+        erased = api.delete(
+            memories_url("acme", "alice"), {"confirm": "erase user alice"}, format="json"
+        )
+        assert erased.status_code == 200
+        turn("I like chess", "Chess it is.")
+        assert remembered() == ["Chess it is.", "I like chess"]
+        assert api.delete(f"{memories_url('acme', 'alice')}?session_id=auto").status_code == 200
+        turn("I moved to Porto", "Porto is lovely.")
+        assert remembered() == ["I moved to Porto", "Porto is lovely."]
+        # An explicit admission is the client's own request: it may ingest everything again.
+        admit(api, "acme", "alice", "auto")
+        outbox.drain()
+        assert len(remembered()) == 6
+
     def test_off_by_default(self, api, django_capture_on_commit_callbacks):
         api.post(sessions_url("acme"), {"session_id": "manual"}, format="json")
         with django_capture_on_commit_callbacks(execute=True) as callbacks:
