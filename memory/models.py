@@ -37,6 +37,8 @@ class MemoryEntry(models.Model):
     # Stored in the row (STORAGE PLAIN, migration 0004), never in TOAST.
     embedding = VectorField(dimensions=EMBEDDING_DIMENSION, null=True)
     embedding_model = models.CharField(max_length=128, blank=True, db_default="")
+    # How often the embedder refused this entry's content (the embedding task stops at 3).
+    embed_failures = models.SmallIntegerField(default=0, db_default=0)
     content_bytes = models.IntegerField()
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())

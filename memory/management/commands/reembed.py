@@ -1,5 +1,6 @@
 """Re-embed memories after the embedder changed: entries embedded by another model (or,
-with ``--all``, every entry) lose their vector and are embedded again in batches.
+with ``--all``, every entry) lose their vector and are embedded again in batches, and
+entries the embedder refused before are tried again.
 
 The same statement stores their lexical vector again (``search || ''``, equal to it, so the
 statistics triggers do not fire): rows written before migration 0006 had it moved out of
@@ -30,17 +31,24 @@ class Command(BaseCommand):
             if options["all"]:
                 cursor.execute(
                     "UPDATE memory_memoryentry SET embedding = NULL, embedding_model = '', "
+                    "embed_failures = 0, "
                     "search = search || ''::tsvector "
                     "WHERE embedding IS NOT NULL"
                 )
             else:
                 cursor.execute(
                     "UPDATE memory_memoryentry SET embedding = NULL, embedding_model = '', "
+                    "embed_failures = 0, "
                     "search = search || ''::tsvector "
                     "WHERE embedding IS NOT NULL AND embedding_model <> %s",
                     [embedder.name],
                 )
             cleared = cursor.rowcount
+            # Entries the embedder refused get another chance too.
+            cursor.execute(
+                "UPDATE memory_memoryentry SET embed_failures = 0 "
+                "WHERE embedding IS NULL AND embed_failures > 0"
+            )
         self.stdout.write(f"cleared {cleared} vectors (embedder {embedder.name})")
         if options["queue"]:
             from memory.tasks import embed_pending
