@@ -9,6 +9,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils.functional import cached_property
 
 from ctxadmin.admin import MachineOwnedAdmin
+from memory import services
 from memory.embeddings import embedder_from_settings
 from memory.governance import scope_fingerprint
 from memory.models import (
@@ -61,15 +62,22 @@ class _ReadOnly(MachineOwnedAdmin):
 
 
 class EmbeddedFilter(admin.SimpleListFilter):
+    """Embedded, waiting for its vector, or given up on (the embedder refused it as often
+    as the embedding task tries)."""
+
     title = "embedded"
     parameter_name = "embedded"
 
     def lookups(self, request, model_admin):
-        return [("yes", "yes"), ("no", "no")]
+        return [("yes", "yes"), ("no", "no"), ("refused", "refused")]
 
     def queryset(self, request, queryset):
         if self.value() in ("yes", "no"):
             return queryset.filter(embedding__isnull=self.value() == "no")
+        if self.value() == "refused":
+            return queryset.filter(
+                embedding__isnull=True, embed_failures__gte=services.MAX_EMBED_FAILURES
+            )
         return queryset
 
 
@@ -112,6 +120,7 @@ class MemoryEntryAdmin(_ReadOnly):
         "content_bytes",
         "embedding_model",
         "embedded",
+        "embed_failures",
         "created_at",
         "expires_at",
         "retain_until",
@@ -130,6 +139,7 @@ class MemoryEntryAdmin(_ReadOnly):
         "content_sha256",
         "embedding_model",
         "embedded",
+        "embed_failures",
         "session_id",
         "event_id",
         "source_timestamp",

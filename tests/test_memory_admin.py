@@ -309,3 +309,13 @@ def test_outbox_actions_need_the_operate_permission_and_go_through_the_service(
     client.post(JOBS, {"action": "retry_now", "_selected_action": [queued[0]]})
     unchanged = OutboxJob.objects.get(pk=queued[0])
     assert unchanged.phase == "retry" and unchanged.due_at == later
+
+
+def test_entries_the_embedder_gave_up_on_are_listed_as_refused(operator, entry):
+    other = MemoryEntry.objects.exclude(pk=entry.pk).get()
+    MemoryEntry.objects.filter(pk=other.pk).update(embedding=None, embed_failures=3)
+    shown = operator.get(f"{ENTRIES}?embedded=refused")
+    assert shown.status_code == 200
+    assert str(other.pk).encode() in shown.content
+    assert str(entry.pk).encode() not in shown.content
+    assert_private_words_absent(shown.content)
