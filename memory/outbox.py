@@ -44,6 +44,7 @@ from django.utils import timezone
 from prometheus_client import Counter
 
 from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object, uuid_or_404
+from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_json, fingerprint
 from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
@@ -149,8 +150,6 @@ class Admission:
 
 def parse_request(body: Any) -> tuple[str, int, int]:
     """``{"session_id", "after_seq"?, "max_attempts"?}`` → (session id, after_seq, attempts)."""
-    from ctxadmin.api.paths import path_segment_error
-
     strict_object(body, ADMIT_KEYS)
     session_id = body.get("session_id")
     if not isinstance(session_id, str) or path_segment_error("sid", session_id):
@@ -429,12 +428,10 @@ def erased_at(app: App, user_id: str, session_id: str):
 
 
 def admit_on_success(app: App, user_id: str, session_id: str) -> Admission | None:
-    """The automatic path: where the app's memory policy says ``ingestion: on_success``,
-    admit the session's events not yet admitted and appended since the user's or the
-    session's last erasure. A refusal is logged, never raised: the events the append stored
-    stay, and the next completed invocation tries again."""
-    if not governance.ingests_on_success(app):
-        return None
+    """The automatic path (the app's memory policy says ``ingestion: on_success``): admit
+    the session's events not yet admitted and appended since the user's or the session's
+    last erasure. A refusal is logged, never raised: the events the append stored stay, and
+    the next completed invocation tries again."""
     try:
         return admit(
             app,
@@ -452,9 +449,13 @@ def admit_on_success(app: App, user_id: str, session_id: str) -> Admission | Non
 
 
 def on_invocation_completed(sender, *, app: App, user_id: str, session_id: str, **kwargs):
-    """Receiver of ``sessions_app.signals.invocation_completed``: in a savepoint, so that a
-    failure leaves the caller's transaction usable."""
+    """Receiver of ``sessions_app.signals.invocation_completed``. Every append that
+    completes an invocation asks, so an app without the policy costs one lookup; the
+    admission runs in a savepoint, so that a failure leaves the caller's transaction
+    usable."""
     try:
+        if not governance.ingests_on_success(app):
+            return
         with transaction.atomic():
             admit_on_success(app, user_id, session_id)
     except Exception as exc:  # the append has happened; never fail it from here
@@ -476,20 +477,6 @@ def _code(exc: ApiError) -> str:
 class Claim:
     job: OutboxJob
     token: str
-
-
-def _fail_lost(cursor, job_id) -> None:
-    cursor.execute(
-        """
-        UPDATE memory_outboxjob
-           SET phase = 'failed', payload = '[]'::jsonb, owner_token = '',
-               error_code = 'worker_lost', error_message = %s,
-               finished_at = statement_timestamp(), updated_at = statement_timestamp()
-         WHERE id = %s
-        """,
-        [_MESSAGES["worker_lost"], job_id],
-    )
-    JOBS_ENDED.labels(OutboxJob.FAILED, "worker_lost").inc()
 
 
 # The earliest due claimable job that no other worker holds, through the partial index of
@@ -537,7 +524,7 @@ def claim(prefer: str | None = None) -> Claim | None:
                 return None
             job_id, phase, attempts, max_attempts = row
             if phase == OutboxJob.RUNNING and attempts >= max_attempts:
-                _fail_lost(cursor, job_id)
+                _end_jobs(cursor, OutboxJob.FAILED, "worker_lost", "id = %s", [job_id])
                 logger.warning(
                     "outbox_job_failed", extra={"job": str(job_id), "code": "worker_lost"}
                 )
@@ -698,11 +685,9 @@ def process(claimed: Claim) -> str:
                 _renew(cursor, job, token)
                 stale = erasure.current_epoch(job.app, job.user_id) != job.erasure_epoch
                 if stale or not batch:  # not batch: an erasure cleared the payload
-                    _end(cursor, job, OutboxJob.CANCELLED, "stale_epoch" if stale else "erased")
-                    logger.info(
-                        "outbox_job_cancelled",
-                        extra={"job": str(job.pk), "code": "stale_epoch" if stale else "erased"},
-                    )
+                    code = "stale_epoch" if stale else "erased"
+                    _end_jobs(cursor, OutboxJob.CANCELLED, code, "id = %s", [job.pk])
+                    logger.info("outbox_job_cancelled", extra={"job": str(job.pk), "code": code})
                     return OutboxJob.CANCELLED
                 result = _write_batch(cursor, job, items, vectors, model)
                 for reason, count in result.skipped.items():
@@ -784,22 +769,25 @@ def _advance(cursor, job: OutboxJob, token: str, size: int, result: BatchResult,
         )
 
 
-def _end(cursor, job: OutboxJob, phase: str, code: str) -> None:
-    """End the job; after an erasure of its user (``stale_epoch``) also blank its ids."""
+def _end_jobs(cursor, phase: str, code: str, condition: str, params: list) -> int:
+    """End the jobs matching ``condition`` (SQL with placeholders, of ours): the phase, the
+    code and its fixed message, no payload, no owner; after an erasure of their user
+    (``stale_epoch``) no user or session id either. The count ended."""
     erased = code == "stale_epoch"
     cursor.execute(
-        """
+        f"""
         UPDATE memory_outboxjob
            SET phase = %s, payload = '[]'::jsonb, owner_token = '', error_code = %s,
                error_message = %s, finished_at = statement_timestamp(),
                updated_at = statement_timestamp(),
                user_id = CASE WHEN %s THEN '' ELSE user_id END,
                session_id = CASE WHEN %s THEN '' ELSE session_id END
-         WHERE id = %s
-        """,
-        [phase, code, _MESSAGES[code], erased, erased, job.pk],
+         WHERE {condition}
+        """,  # noqa: S608 - the condition is one of this module's
+        [phase, code, _MESSAGES[code], erased, erased, *params],
     )
-    JOBS_ENDED.labels(phase, code).inc()
+    JOBS_ENDED.labels(phase, code).inc(cursor.rowcount)
+    return cursor.rowcount
 
 
 def _error_code(exc: Exception) -> str:
@@ -831,15 +819,12 @@ def _record_failure(job: OutboxJob, token: str, exc: Exception) -> str:
     final = code in _PERMANENT or job.attempts >= job.max_attempts
     with transaction.atomic(), connection.cursor() as cursor:
         if final:
-            cursor.execute(
-                """
-                UPDATE memory_outboxjob
-                   SET phase = 'failed', payload = '[]'::jsonb, owner_token = '',
-                       error_code = %s, error_message = %s, finished_at = statement_timestamp(),
-                       updated_at = statement_timestamp()
-                 WHERE id = %s AND owner_token = %s AND phase = 'running'
-                """,
-                [code, _MESSAGES[code], job.pk, token],
+            _end_jobs(
+                cursor,
+                OutboxJob.FAILED,
+                code,
+                "id = %s AND owner_token = %s AND phase = 'running'",
+                [job.pk, token],
             )
         else:
             cursor.execute(
@@ -854,8 +839,6 @@ def _record_failure(job: OutboxJob, token: str, exc: Exception) -> str:
             )
         if cursor.rowcount != 1:
             return "lease_lost"
-    if final:
-        JOBS_ENDED.labels(OutboxJob.FAILED, code).inc()
     logger.warning(
         "outbox_attempt_failed",
         extra={
@@ -897,19 +880,7 @@ def cancel(app: App, job_id: str) -> OutboxJob:
     """Cancel an active job (a running one stops before its next batch). Cancelling a
     cancelled job is a no-op; a completed or failed job is 409 ``outbox_job_ended``."""
     job = get_job(app, job_id)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE memory_outboxjob
-               SET phase = 'cancelled', payload = '[]'::jsonb, owner_token = '',
-                   error_code = 'cancelled', error_message = %s,
-                   finished_at = statement_timestamp(),
-                   updated_at = statement_timestamp()
-             WHERE id = %s AND phase IN {_ACTIVE_SQL}
-            """,  # noqa: S608 - constant phases
-            [_MESSAGES["cancelled"], job.pk],
-        )
-        changed = cursor.rowcount
+    changed = cancel_jobs([job.pk])
     job.refresh_from_db()
     if not changed and job.phase != OutboxJob.CANCELLED:
         raise ApiError(
@@ -919,7 +890,6 @@ def cancel(app: App, job_id: str) -> OutboxJob:
             details={"phase": job.phase},
         )
     if changed:
-        JOBS_ENDED.labels(OutboxJob.CANCELLED, "cancelled").inc()
         logger.info("outbox_job_cancelled", extra={"job": str(job.pk), "code": "cancelled"})
     return job
 
@@ -944,19 +914,13 @@ def retry_now(job_ids: list) -> int:
 def cancel_jobs(job_ids: list) -> int:
     """Cancel the active jobs among ``job_ids`` (an operator's action); the count cancelled."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE memory_outboxjob
-               SET phase = 'cancelled', payload = '[]'::jsonb, owner_token = '',
-                   error_code = 'cancelled', error_message = %s,
-                   finished_at = statement_timestamp(), updated_at = statement_timestamp()
-             WHERE id = ANY(%s) AND phase IN {_ACTIVE_SQL}
-            """,  # noqa: S608 - constant phases
-            [_MESSAGES["cancelled"], list(job_ids)],
+        return _end_jobs(
+            cursor,
+            OutboxJob.CANCELLED,
+            "cancelled",
+            f"id = ANY(%s) AND phase IN {_ACTIVE_SQL}",
+            [list(job_ids)],
         )
-        cancelled = cursor.rowcount
-    JOBS_ENDED.labels(OutboxJob.CANCELLED, "cancelled").inc(cancelled)
-    return cancelled
 
 
 def job_json(job: OutboxJob) -> dict:
@@ -1074,18 +1038,13 @@ def _erase_jobs(app: App, user_id: str, session_id: str | None) -> int:
                 [app.pk, user_id],
             )
             return stopped
-        cursor.execute(
-            f"""
-            UPDATE memory_outboxjob
-               SET phase = 'cancelled', payload = '[]'::jsonb, owner_token = '',
-                   error_code = 'erased', error_message = %s, finished_at = statement_timestamp(),
-                   updated_at = statement_timestamp()
-             WHERE app_id = %s AND user_id = %s AND session_id = %s AND phase IN {_ACTIVE_SQL}
-            """,  # noqa: S608 - constant phases
-            [message, app.pk, user_id, session_id],
+        return _end_jobs(
+            cursor,
+            OutboxJob.CANCELLED,
+            "erased",
+            f"app_id = %s AND user_id = %s AND session_id = %s AND phase IN {_ACTIVE_SQL}",
+            [app.pk, user_id, session_id],
         )
-        JOBS_ENDED.labels(OutboxJob.CANCELLED, "erased").inc(cursor.rowcount)
-        return cursor.rowcount
 
 
 # ----------------------------------------------------------------------------- pruning
