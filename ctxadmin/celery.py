@@ -85,6 +85,8 @@ BEAT_SCHEDULE: dict[str, dict] = {
     # Its schedule is CTXADMIN_OUTBOX_SWEEP_SECONDS, set once the configuration is read.
     "drain-outbox": {"task": "memory.drain_outbox", "schedule": 10.0},
     "prune-outbox": {"task": "memory.prune_outbox", "schedule": 300.0},
+    # Its schedule is CTXADMIN_CACHE_CLEANUP_SECONDS.
+    "cache-cleanup": {"task": "caching.cleanup", "schedule": 30.0},
 }
 app.conf.beat_schedule = BEAT_SCHEDULE
 
@@ -94,6 +96,7 @@ def _schedule_from_settings(sender, **kwargs) -> None:
     from django.conf import settings
 
     BEAT_SCHEDULE["drain-outbox"]["schedule"] = float(settings.CTXADMIN_OUTBOX_SWEEP_SECONDS)
+    BEAT_SCHEDULE["cache-cleanup"]["schedule"] = float(settings.CTXADMIN_CACHE_CLEANUP_SECONDS)
 
 
 app.autodiscover_tasks()

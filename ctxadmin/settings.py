@@ -168,6 +168,51 @@ CTXADMIN_OUTBOX_MAX_ATTEMPTS = env.int("CTXADMIN_OUTBOX_MAX_ATTEMPTS", 5, minimu
 CTXADMIN_OUTBOX_BACKOFF_SECONDS = env.int("CTXADMIN_OUTBOX_BACKOFF_SECONDS", 2, minimum=0)
 CTXADMIN_OUTBOX_BACKOFF_MAX_SECONDS = env.int("CTXADMIN_OUTBOX_BACKOFF_MAX_SECONDS", 300, minimum=0)
 CTXADMIN_OUTBOX_SWEEP_SECONDS = env.int("CTXADMIN_OUTBOX_SWEEP_SECONDS", 10, minimum=1)
+# The provider prefix-cache registry (caching/).
+CTXADMIN_CACHE_MAX_ENTRIES = env.int("CTXADMIN_CACHE_MAX_ENTRIES", 10_000, minimum=1)
+CTXADMIN_CACHE_MAX_WAITERS = env.int("CTXADMIN_CACHE_MAX_WAITERS", 256, minimum=1, maximum=10_000)
+CTXADMIN_CACHE_MAX_TTL_MS = env.int(
+    "CTXADMIN_CACHE_MAX_TTL_MS", 7 * 86_400_000, minimum=1000, maximum=30 * 86_400_000
+)
+CTXADMIN_CACHE_CREATE_TIMEOUT_MS = env.int(
+    "CTXADMIN_CACHE_CREATE_TIMEOUT_MS", 60_000, minimum=100, maximum=600_000
+)
+CTXADMIN_CACHE_DELETE_TIMEOUT_MS = env.int(
+    "CTXADMIN_CACHE_DELETE_TIMEOUT_MS", 10_000, minimum=100, maximum=120_000
+)
+CTXADMIN_CACHE_CREATORS = env.int("CTXADMIN_CACHE_CREATORS", 8, minimum=1, maximum=256)
+CTXADMIN_CACHE_CLEANUP_SECONDS = env.int("CTXADMIN_CACHE_CLEANUP_SECONDS", 30, minimum=1)
+CTXADMIN_CACHE_CLEANUP_BATCH = env.int(
+    "CTXADMIN_CACHE_CLEANUP_BATCH", 100, minimum=1, maximum=10_000
+)
+CTXADMIN_CACHE_CLEANUP_WORKERS = env.int("CTXADMIN_CACHE_CLEANUP_WORKERS", 4, minimum=1, maximum=64)
+CTXADMIN_CACHE_POLL_MS = env.int("CTXADMIN_CACHE_POLL_MS", 50, minimum=5, maximum=5000)
+# Resource names are encrypted at rest (Fernet); the first key encrypts, every key decrypts,
+# so a key can be rotated in. Unset: a key derived from SECRET_KEY.
+CTXADMIN_CACHE_ENCRYPTION_KEYS = env.list("CTXADMIN_CACHE_ENCRYPTION_KEYS", [])
+# Providers a cache scope may name: ``gemini`` (explicit caching of the Gemini API) and
+# ``fake`` (in-process, for demos and tests; delay and failure are configurable).
+CTXADMIN_CACHE_PROVIDERS = env.list("CTXADMIN_CACHE_PROVIDERS", ["gemini", "fake"])
+CTXADMIN_CACHE_FAKE_DELAY_MS = env.int("CTXADMIN_CACHE_FAKE_DELAY_MS", 0, minimum=0)
+CTXADMIN_CACHE_FAKE_FAILURE = env.str("CTXADMIN_CACHE_FAKE_FAILURE", "")
+# The Gemini API; its key is read when the adapter is built, from CTXADMIN_GEMINI_API_KEY
+# (or ``_FILE``) or else GEMINI_API_KEY, so it never sits in the settings.
+CTXADMIN_GEMINI_BASE_URL = env.str(
+    "CTXADMIN_GEMINI_BASE_URL", "https://generativelanguage.googleapis.com"
+)
+if set(CTXADMIN_CACHE_PROVIDERS) - {"gemini", "fake"}:
+    raise ImproperlyConfigured("CTXADMIN_CACHE_PROVIDERS may list only gemini and fake")
+if CTXADMIN_CACHE_FAKE_FAILURE not in (
+    "",
+    "provider_unavailable",
+    "provider_rate_limited",
+    "provider_rejected",
+    "provider_timeout",
+):
+    raise ImproperlyConfigured(
+        "CTXADMIN_CACHE_FAKE_FAILURE must be empty or one of provider_unavailable, "
+        "provider_rate_limited, provider_rejected, provider_timeout"
+    )
 if CTXADMIN_EMBEDDER not in ("hashing", "local", "openai_compatible", "gemini"):
     raise ImproperlyConfigured(
         "CTXADMIN_EMBEDDER must be one of hashing, local, openai_compatible, gemini"
@@ -286,6 +331,7 @@ SPECTACULAR_SETTINGS = {
         "ctxadmin.api.schema.add_error_envelope",
         "sessions_app.api.schemas.add_components",
         "memory.api.schemas.add_components",
+        "caching.api.schemas.add_components",
     ],
     "DISABLE_ERRORS_AND_WARNINGS": False,
     # Swagger UI's assets ship with the project (no CDN).

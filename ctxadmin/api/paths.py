@@ -36,6 +36,7 @@ _RULES = {
         ),
         "a UUID",
     ),
+    "fingerprint": (re.compile(r"^[0-9a-f]{64}\Z"), "a SHA-256 fingerprint: 64 lowercase hex"),
 }
 #: name -> (regular expression, description), for the OpenAPI schema.
 PATH_PARAMETER_RULES = {name: (rule[0].pattern, rule[1]) for name, rule in _RULES.items()}

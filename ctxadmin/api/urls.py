@@ -11,4 +11,5 @@ urlpatterns = [
     path("apps/<str:app>/keys/<str:prefix>", tenancy.ApiKeyDetailView.as_view(), name="api-key"),
     path("", include("sessions_app.api.urls")),
     path("", include("memory.api.urls")),
+    path("", include("caching.api.urls")),
 ]
