@@ -31,7 +31,7 @@ from urllib.parse import urlencode, urlsplit
 import psutil
 import psycopg
 
-from bench import locomo, memory_bench, outbox_bench
+from bench import cache_bench, locomo, memory_bench, outbox_bench
 from bench.workload import conversation
 from ctxadmin import stack
 from ctxadmin.testing.service import ServiceProcess
@@ -310,6 +310,7 @@ def write_report(
     compaction: dict,
     memory: dict,
     outbox: dict,
+    cache: dict,
 ) -> None:
     rows = []
 
@@ -469,7 +470,9 @@ build uses `{{"budgets": {{"max_tokens": 32000}}, "overflow": "truncate"}}` and 
 
 {memory_bench.report(memory)}
 
-{outbox_bench.report(outbox)}"""
+{outbox_bench.report(outbox)}
+
+{cache_bench.report(cache)}"""
     )
 
 
@@ -514,7 +517,9 @@ def main() -> None:
     args = parser.parse_args()
     args.raw = sys.argv[1:]
 
-    service = bench_service(stack.var_dir() / "bench")
+    # The service reaches its Gemini cache provider here: it must answer before it starts.
+    fake_gemini = cache_bench.start_provider()
+    service = bench_service(stack.var_dir() / "bench", cache_bench.service_env(fake_gemini))
     try:
         api = bench_client(service, "bench", "sessions", "memory")
         print("measuring ctxadmin …", flush=True)
@@ -536,6 +541,8 @@ def main() -> None:
         )
         print("measuring the ingestion outbox …", flush=True)
         outbox = outbox_bench.measure(service, api)
+        print("measuring the prefix-cache registry …", flush=True)
+        cache = cache_bench.measure(service, bench_client(service, "cache", "cache"), fake_gemini)
         peer = None
         if not args.skip_peer:
             from bench import adk_peer
@@ -552,8 +559,11 @@ def main() -> None:
         _code, alive = service.stop()
         for process in alive:
             process.kill()
-    write_report(ours, peer, info, args, compaction, memory, outbox)
+        fake_gemini.stop()
+    write_report(ours, peer, info, args, compaction, memory, outbox, cache)
     print(f"wrote {REPORT}")
+    if cache["failures"]:
+        sys.exit("prefix cache targets not met: " + "; ".join(cache["failures"]))
 
 
 if __name__ == "__main__":

@@ -753,6 +753,11 @@ def invalidate_all(app: App | None = None, reason: str = "shutdown") -> int:
     return total
 
 
+def pending_deletes(app: App | None = None) -> int:
+    rows = CacheEntry.objects.filter(state="deleting")
+    return (rows if app is None else rows.filter(app=app)).count()
+
+
 # --------------------------------------------------------------------------- status
 
 MAX_STATUS_ENTRIES = 100

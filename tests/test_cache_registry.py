@@ -399,3 +399,22 @@ def _until(condition, timeout_s: float) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
+
+
+def test_cache_shutdown_invalidates_everything_and_deletes_now(fake):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    acme, globex = make_tenant("acme"), make_tenant("globex")
+    lease = acquire(acme.app, body()).lease
+    acquire(acme.app, body(scope("bob")))
+    theirs = acquire(globex.app, body()).lease
+    out = StringIO()
+    call_command("cache_shutdown", "--app", "acme", stdout=out)
+    assert "2 entries invalidated; 2 provider deletes run; 0 still to retry." in out.getvalue()
+    with pytest.raises(registry.LeaseError):
+        registry.resolve(acme.app, lease)
+    registry.resolve(globex.app, theirs)
+    call_command("cache_shutdown", stdout=out)
+    assert fake.resources == {} and CacheEntry.objects.count() == 0
