@@ -251,14 +251,17 @@ RETURNING id
 """
 
 
-def acquire(app: App, request: AcquireRequest) -> Outcome:
+def acquire(app: App, request: AcquireRequest, *, deadline: float | None = None) -> Outcome:
     """A lease on the provider cache of ``request.prefix`` (``hit`` or ``created``), or a
-    ``bypass`` with its reason; at the latest at the request's deadline."""
+    ``bypass`` with its reason; at the latest at the request's deadline (``timeout_ms`` from
+    now), or at ``deadline`` (a ``time.monotonic()`` reading, e.g. an invocation's) when that
+    comes first."""
     if connection.in_atomic_block:
         # Creates are installed by other threads and processes: they must see the row.
         raise RuntimeError("acquire must run outside a transaction")
     started = time.monotonic()
-    deadline = started + request.timeout_ms / 1000
+    own = started + request.timeout_ms / 1000
+    deadline = own if deadline is None else min(own, deadline)
     scope = request.scope
     policy = scope.policy
     adapter = get_adapter(scope.provider)
@@ -329,7 +332,9 @@ def acquire(app: App, request: AcquireRequest) -> Outcome:
         entry_id = uuid.uuid4()
         token = secrets.token_hex(16)
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_ENTRY_LOCK, app.pk])
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)", [_ENTRY_LOCK, app.pk % 2_147_483_648]
+            )
             cursor.execute(
                 "SELECT count(*) FROM caching_cacheentry WHERE app_id = %s AND "
                 "(state = 'creating' OR (state = 'active' AND expires_at > now()))",

@@ -418,3 +418,12 @@ def test_cache_shutdown_invalidates_everything_and_deletes_now(fake):
     registry.resolve(globex.app, theirs)
     call_command("cache_shutdown", stdout=out)
     assert fake.resources == {} and CacheEntry.objects.count() == 0
+
+
+def test_an_earlier_absolute_deadline_of_the_caller_wins(tenant, fake, settings):
+    settings.CTXADMIN_CACHE_FAKE_DELAY_MS = 1000
+    request = registry.parse_acquire(body(timeout_ms=10_000), tenant.app)
+    started = time.monotonic()
+    outcome = registry.acquire(tenant.app, request, deadline=started + 0.2)
+    assert (outcome.status, outcome.reason) == ("bypass", "deadline_exceeded")
+    assert time.monotonic() - started < 0.9

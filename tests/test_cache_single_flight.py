@@ -121,6 +121,7 @@ def test_the_beat_cleanup_in_a_worker_deletes_invalidated_and_expired_entries(ge
         acquire(tenant.app, _gemini_body(ttl_ms=1000)).lease,
     ]
     assert gemini.creates == 3
+    names = list(gemini.resources)
     fingerprint = acquire(tenant.app, _gemini_body()).scope_fingerprint
     environment = {
         "CTXADMIN_CELERY_QUEUE": f"cache-{os.getpid()}-{time.monotonic_ns()}",
@@ -143,3 +144,7 @@ def test_the_beat_cleanup_in_a_worker_deletes_invalidated_and_expired_entries(ge
         worker.stop()
     assert gemini.deletes == 3 and gemini.resources == {}
     assert gemini.problems == []
+    worker_output = worker.log.read_text()
+    assert "caching.cleanup" in worker_output
+    for name in names:
+        assert name.split("/")[-1] not in worker_output
