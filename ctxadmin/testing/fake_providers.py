@@ -10,10 +10,16 @@ provider's own 400 error and its ``problems`` are recorded, so a test that asser
     with FakeProvider("gemini") as fake:
         fake.script(fake.success('{"summary": "..."}'), fake.error(429, retry_after="3"))
         complete_json(fake.connection(), model="gemini-2.5-flash", ...)
+
+Both JSON-output requests (``complete_json``) and tool-calling requests (``generate``) are
+checked: tool declarations, function call and response turns and how they pair, and
+Gemini's ``cachedContent``. ``function_call(...)`` scripts a reply in which the model calls
+a tool.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -99,6 +105,7 @@ class FakeProvider:
         self.responder = responder
         self._replies: deque[Reply] = deque()
         self._requests: list[RecordedRequest] = []
+        self._call_ids = itertools.count(1)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server: _Server | None = None
@@ -196,8 +203,14 @@ class FakeProvider:
         output_tokens: int = 7,
         finish_reason: str | None = None,
         delay_s: float = 0.0,
+        cached_tokens: int | None = None,
     ) -> Reply:
-        """A successful reply in this kind's format, carrying ``text``; echoes the model."""
+        """A successful reply in this kind's format, carrying ``text``; echoes the model.
+
+        ``cached_tokens`` reports that many prompt tokens as read from the provider's cache
+        (Gemini ``cachedContentTokenCount``, OpenAI ``prompt_tokens_details.cached_tokens``,
+        Anthropic ``cache_read_input_tokens``).
+        """
         kind = self.kind
 
         def body(request: RecordedRequest) -> bytes:
@@ -210,7 +223,70 @@ class FakeProvider:
                 envelope = _anthropic_success(
                     text, model, input_tokens, output_tokens, finish_reason
                 )
-            return _encode(envelope)
+            return _encode(_with_cached_tokens(kind, envelope, cached_tokens))
+
+        return Reply(200, body, delay_s=delay_s)
+
+    def function_call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        *,
+        call_id: str | None = None,
+        text: str | None = None,
+        input_tokens: int = 11,
+        output_tokens: int = 7,
+        cached_tokens: int | None = None,
+        finish_reason: str | None = None,
+        delay_s: float = 0.0,
+    ) -> Reply:
+        """A reply in which the model calls ``name`` with ``args`` (after ``text``, if given).
+
+        Without ``call_id``, OpenAI and Anthropic replies get a fresh id of their own style
+        (``call_…``, ``toolu_…``) and a Gemini reply has none, as the Gemini API sends it.
+        """
+        return self.function_calls(
+            [(name, args, call_id)],
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
+            finish_reason=finish_reason,
+            delay_s=delay_s,
+        )
+
+    def function_calls(
+        self,
+        calls: list[tuple[str, dict[str, Any], str | None]],
+        *,
+        text: str | None = None,
+        input_tokens: int = 11,
+        output_tokens: int = 7,
+        cached_tokens: int | None = None,
+        finish_reason: str | None = None,
+        delay_s: float = 0.0,
+    ) -> Reply:
+        """A reply with several (parallel) calls, each ``(name, args, call_id or None)``."""
+        kind = self.kind
+        with self._lock:
+            numbered = [
+                (name, args, call_id, next(self._call_ids)) for name, args, call_id in calls
+            ]
+        if kind == "openai_compatible":
+            named = [(n, a, i or f"call_fake{k}") for n, a, i, k in numbered]
+        elif kind == "anthropic":
+            named = [(n, a, i or f"toolu_fake{k}") for n, a, i, k in numbered]
+        else:
+            named = [(n, a, i) for n, a, i, _ in numbered]
+
+        def body(request: RecordedRequest) -> bytes:
+            model = request.model or "fake-model"
+            builder = {
+                "gemini": _gemini_function_calls,
+                "openai_compatible": _openai_function_calls,
+            }.get(kind, _anthropic_function_calls)
+            envelope = builder(named, text, model, input_tokens, output_tokens, finish_reason)
+            return _encode(_with_cached_tokens(kind, envelope, cached_tokens))
 
         return Reply(200, body, delay_s=delay_s)
 
@@ -405,6 +481,84 @@ def _anthropic_success(
     }
 
 
+def _gemini_function_calls(
+    calls: list[tuple[str, dict, str | None]],
+    text: str | None,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    finish: str | None,
+) -> dict:
+    envelope = _gemini_success(text or "", model, input_tokens, output_tokens, finish)
+    parts: list[dict] = [{"text": text}] if text else []
+    for name, args, call_id in calls:
+        call: dict[str, Any] = {"name": name, "args": args}
+        if call_id is not None:
+            call = {"id": call_id, **call}
+        parts.append({"functionCall": call})
+    envelope["candidates"][0]["content"]["parts"] = parts
+    return envelope
+
+
+def _openai_function_calls(
+    calls: list[tuple[str, dict, str | None]],
+    text: str | None,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    finish: str | None,
+) -> dict:
+    envelope = _openai_success(text or "", model, input_tokens, output_tokens, finish)
+    choice = envelope["choices"][0]
+    choice["message"]["content"] = text or None
+    choice["message"]["tool_calls"] = [
+        {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)},
+        }
+        for name, args, call_id in calls
+    ]
+    choice["finish_reason"] = finish or "tool_calls"
+    return envelope
+
+
+def _anthropic_function_calls(
+    calls: list[tuple[str, dict, str | None]],
+    text: str | None,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    finish: str | None,
+) -> dict:
+    envelope = _anthropic_success(text or "", model, input_tokens, output_tokens, finish)
+    blocks: list[dict] = [{"type": "text", "text": text}] if text else []
+    blocks += [
+        {"type": "tool_use", "id": call_id, "name": name, "input": args}
+        for name, args, call_id in calls
+    ]
+    envelope["content"] = blocks
+    envelope["stop_reason"] = finish or "tool_use"
+    return envelope
+
+
+def _with_cached_tokens(kind: str, envelope: dict, cached_tokens: int | None) -> dict:
+    """``envelope`` reporting ``cached_tokens`` prompt tokens read from the cache."""
+    if cached_tokens is None:
+        return envelope
+    if kind == "gemini":
+        envelope["usageMetadata"]["cachedContentTokenCount"] = cached_tokens
+    elif kind == "openai_compatible":
+        envelope["usage"]["prompt_tokens_details"] = {
+            "cached_tokens": cached_tokens,
+            "audio_tokens": 0,
+        }
+    else:
+        envelope["usage"]["cache_read_input_tokens"] = cached_tokens
+        envelope["usage"]["cache_creation_input_tokens"] = 0
+    return envelope
+
+
 _GOOGLE_STATUS = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
@@ -456,7 +610,15 @@ def _error_envelope(kind: str, status: int, message: str) -> dict:
 # --------------------------------------------------------------------------- request checks
 
 _GEMINI_PATH = re.compile(r"/v1beta/models/(?P<model>[A-Za-z0-9._-]+):generateContent")
-_GEMINI_BODY = {"contents", "systemInstruction", "generationConfig", "safetySettings", "tools"}
+_GEMINI_BODY = {
+    "contents",
+    "systemInstruction",
+    "generationConfig",
+    "safetySettings",
+    "tools",
+    "toolConfig",
+    "cachedContent",
+}
 _GEMINI_GENERATION = {
     "responseMimeType",
     "responseJsonSchema",
@@ -470,6 +632,42 @@ _GEMINI_GENERATION = {
     "seed",
     "thinkingConfig",
 }
+_GEMINI_MIME_TYPES = {"text/plain", "application/json", "text/x.enum"}
+_GEMINI_DATA_PARTS = {
+    "text",
+    "inlineData",
+    "fileData",
+    "functionCall",
+    "functionResponse",
+    "executableCode",
+    "codeExecutionResult",
+}
+_GEMINI_PART_KEYS = _GEMINI_DATA_PARTS | {"thought", "thoughtSignature", "videoMetadata"}
+_GEMINI_TOOLS = {
+    "functionDeclarations",
+    "googleSearch",
+    "googleSearchRetrieval",
+    "codeExecution",
+    "urlContext",
+}
+_GEMINI_DECLARATION = {
+    "name",
+    "description",
+    "parameters",
+    "parametersJsonSchema",
+    "response",
+    "responseJsonSchema",
+    "behavior",
+}
+_GEMINI_FUNCTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
+_GEMINI_CACHE_NAME = re.compile(r"cachedContents/[A-Za-z0-9_-]+")
+_GEMINI_CALLING_MODES = {"AUTO", "ANY", "NONE", "VALIDATED"}
+#: Gemini's refusal of a request that sends these next to ``cachedContent``.
+GEMINI_CACHE_CONFLICT = (
+    "CachedContent can not be used with GenerateContent request setting system_instruction, "
+    "tools or tool_config.\n\nProposed fix: move those values to CachedContent from "
+    "GenerateContent request."
+)
 _OPENAI_BODY = {
     "model",
     "messages",
@@ -482,8 +680,13 @@ _OPENAI_BODY = {
     "stop",
     "n",
     "stream",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
 }
 _OPENAI_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_OPENAI_FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_OPENAI_MESSAGE = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}
 _ANTHROPIC_BODY = {
     "model",
     "max_tokens",
@@ -495,7 +698,13 @@ _ANTHROPIC_BODY = {
     "stop_sequences",
     "metadata",
     "stream",
+    "tools",
+    "tool_choice",
 }
+_ANTHROPIC_TOOL_ID = re.compile(r"[A-Za-z0-9_-]+")
+_ANTHROPIC_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_ANTHROPIC_USER_BLOCKS = {"text", "image", "document", "tool_result"}
+_ANTHROPIC_ASSISTANT_BLOCKS = {"text", "tool_use", "thinking", "redacted_thinking"}
 
 
 def json_post(method: str, headers: dict[str, str], body: bytes) -> tuple[dict | None, list[str]]:
@@ -535,6 +744,17 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+# ------------------------------------------------------------------ gemini
+
+
 def _check_gemini(path: str, headers: dict, body: dict, problems: list[str]) -> None:
     if not _GEMINI_PATH.fullmatch(path):
         problems.append("path is not /v1beta/models/{model}:generateContent")
@@ -542,19 +762,8 @@ def _check_gemini(path: str, headers: dict, body: dict, problems: list[str]) -> 
         problems.append("Gemini API keys go in x-goog-api-key, not Authorization")
     if body.keys() - _GEMINI_BODY:
         problems.append(f"unknown body fields {sorted(body.keys() - _GEMINI_BODY)}")
-    contents = body.get("contents")
-    if not (
-        isinstance(contents, list)
-        and contents
-        and all(
-            isinstance(c, dict)
-            and c.get("role") in {"user", "model"}
-            and isinstance(c.get("parts"), list)
-            and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in c["parts"])
-            for c in contents
-        )
-    ):
-        problems.append("contents must be [{role, parts: [{text}]}]")
+    cached = "cachedContent" in body
+    _check_gemini_contents(body.get("contents"), cached, problems)
     system = body.get("systemInstruction")
     if system is not None and not (
         isinstance(system, dict)
@@ -562,16 +771,211 @@ def _check_gemini(path: str, headers: dict, body: dict, problems: list[str]) -> 
         and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in system["parts"])
     ):
         problems.append("systemInstruction must be {parts: [{text}]}")
-    config = body.get("generationConfig")
+    if "tools" in body:
+        _check_gemini_tools(body["tools"], problems)
+    if "toolConfig" in body:
+        _check_gemini_tool_config(body["toolConfig"], problems)
+    if cached:
+        name = body["cachedContent"]
+        if not isinstance(name, str) or not _GEMINI_CACHE_NAME.fullmatch(name):
+            problems.append("cachedContent must be a cachedContents/{id} name")
+        if {"systemInstruction", "tools", "toolConfig"} & body.keys():
+            problems.append(GEMINI_CACHE_CONFLICT)
+    if "generationConfig" in body:
+        _check_gemini_generation(body["generationConfig"], problems)
+
+
+def _check_gemini_contents(contents: Any, cached: bool, problems: list[str]) -> None:
+    if not isinstance(contents, list) or not contents:
+        problems.append("contents must be a non-empty array")
+        return
+    previous: dict | None = None
+    for index, content in enumerate(contents):
+        where = f"contents[{index}]"
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if not (
+            isinstance(content, dict)
+            and not content.keys() - {"role", "parts"}
+            and content.get("role") in {"user", "model"}
+            and isinstance(parts, list)
+            and parts
+        ):
+            problems.append(f"{where} must be {{role: user|model, parts: [part, ...]}}")
+            return
+        for number, part in enumerate(parts):
+            problem = _gemini_part_problem(part)
+            if problem:
+                problems.append(f"{where}.parts[{number}] {problem}")
+                return
+        calls = sum(1 for part in parts if "functionCall" in part)
+        responses = sum(1 for part in parts if "functionResponse" in part)
+        if calls and content["role"] != "model":
+            problems.append(f"{where}: function calls belong in a model turn")
+        if responses and content["role"] != "user":
+            problems.append(f"{where}: function responses belong in a user turn")
+        # With a cache, the first new turn may follow (or answer) a turn kept in the cache.
+        continues_cache = cached and previous is None
+        if calls and not continues_cache and (previous is None or previous["role"] != "user"):
+            problems.append(
+                "Please ensure that function call turn comes immediately after a user turn "
+                "or after a function response turn."
+            )
+        if responses and not continues_cache:
+            previous_calls = (
+                sum(1 for part in previous["parts"] if "functionCall" in part) if previous else 0
+            )
+            if not previous_calls:
+                problems.append(
+                    "Please ensure that function response turn comes immediately after a "
+                    "function call turn."
+                )
+            elif previous_calls != responses:
+                problems.append(
+                    "Please ensure that the number of function response parts is equal to "
+                    "the number of function call parts of the function call turn."
+                )
+        previous = content
+
+
+def _gemini_part_problem(part: Any) -> str | None:
+    """What is wrong with one part of a Gemini content (None: nothing)."""
+    if not isinstance(part, dict):
+        return "must be an object"
+    if part.keys() - _GEMINI_PART_KEYS:
+        return f"has unknown fields {sorted(part.keys() - _GEMINI_PART_KEYS)}"
+    data = part.keys() & _GEMINI_DATA_PARTS
+    if len(data) != 1:
+        return "must have exactly one data field (text, functionCall, functionResponse, ...)"
+    if "text" in part and not isinstance(part["text"], str):
+        return "text must be a string"
+    if "functionCall" in part:
+        call = part["functionCall"]
+        if not (
+            isinstance(call, dict)
+            and not call.keys() - {"id", "name", "args"}
+            and isinstance(call.get("name"), str)
+            and _GEMINI_FUNCTION_NAME.fullmatch(call["name"])
+            and isinstance(call.get("id", ""), str)
+            and isinstance(call.get("args", {}), dict)
+        ):
+            return "functionCall must be {id?, name, args?: object}"
+    if "functionResponse" in part:
+        response = part["functionResponse"]
+        if not (
+            isinstance(response, dict)
+            and not response.keys() - {"id", "name", "response", "willContinue", "scheduling"}
+            and isinstance(response.get("name"), str)
+            and _GEMINI_FUNCTION_NAME.fullmatch(response["name"])
+            and isinstance(response.get("id", ""), str)
+            and isinstance(response.get("response"), dict)
+        ):
+            return "functionResponse must be {id?, name, response: object}"
+    if "inlineData" in part:
+        inline = part["inlineData"]
+        if not (
+            isinstance(inline, dict)
+            and not inline.keys() - {"mimeType", "data"}
+            and isinstance(inline.get("mimeType"), str)
+            and isinstance(inline.get("data"), str)
+        ):
+            return "inlineData must be {mimeType, data}"
+    if "fileData" in part:
+        file_data = part["fileData"]
+        if not (
+            isinstance(file_data, dict)
+            and not file_data.keys() - {"mimeType", "fileUri"}
+            and isinstance(file_data.get("mimeType", ""), str)
+            and isinstance(file_data.get("fileUri"), str)
+        ):
+            return "fileData must be {mimeType?, fileUri}"
+    return None
+
+
+def _check_gemini_tools(tools: Any, problems: list[str]) -> None:
+    if not isinstance(tools, list) or not all(
+        isinstance(tool, dict) and tool and not tool.keys() - _GEMINI_TOOLS for tool in tools
+    ):
+        problems.append("tools must be [{functionDeclarations: [...]} | {googleSearch: {}} ...]")
+        return
+    names: list[str] = []
+    for tool in tools:
+        if "functionDeclarations" not in tool:
+            continue
+        declarations = tool["functionDeclarations"]
+        if not isinstance(declarations, list) or not declarations:
+            problems.append("functionDeclarations must be a non-empty array")
+            continue
+        for declaration in declarations:
+            problem = _gemini_declaration_problem(declaration)
+            if problem:
+                problems.append(problem)
+                return
+            names.append(declaration["name"])
+    for name in sorted({name for name in names if names.count(name) > 1}):
+        problems.append(f"Duplicate function declaration found: {name}")
+
+
+def _gemini_declaration_problem(declaration: Any) -> str | None:
+    if not isinstance(declaration, dict) or declaration.keys() - _GEMINI_DECLARATION:
+        return "functionDeclarations entries must be {name, description?, parameters?}"
+    name = declaration.get("name")
+    if not isinstance(name, str) or not _GEMINI_FUNCTION_NAME.fullmatch(name):
+        return "function declaration name must match [A-Za-z_][A-Za-z0-9_.:-]{0,63}"
+    if not isinstance(declaration.get("description", ""), str):
+        return "function declaration description must be a string"
+    if "parameters" in declaration and "parametersJsonSchema" in declaration:
+        return "parameters and parametersJsonSchema are exclusive"
+    if "parameters" in declaration:
+        schema = declaration["parameters"]
+        if not isinstance(schema, dict):
+            return "parameters must be an object"
+        if "additionalProperties" in json.dumps(schema) or "$ref" in json.dumps(schema):
+            return "parameters (OpenAPI subset) has additionalProperties or $ref"
+    if "parametersJsonSchema" in declaration and not isinstance(
+        declaration["parametersJsonSchema"], dict
+    ):
+        return "parametersJsonSchema must be an object"
+    return None
+
+
+def _check_gemini_tool_config(config: Any, problems: list[str]) -> None:
+    calling = config.get("functionCallingConfig") if isinstance(config, dict) else None
+    if not isinstance(config, dict) or config.keys() - {
+        "functionCallingConfig",
+        "retrievalConfig",
+    }:
+        problems.append("toolConfig must be {functionCallingConfig?, retrievalConfig?}")
+        return
+    if calling is None:
+        return
+    if not (
+        isinstance(calling, dict)
+        and not calling.keys() - {"mode", "allowedFunctionNames"}
+        and calling.get("mode", "AUTO") in _GEMINI_CALLING_MODES
+        and _is_strings(calling.get("allowedFunctionNames", []))
+    ):
+        problems.append("functionCallingConfig must be {mode: AUTO|ANY|NONE|VALIDATED, ...}")
+        return
+    if calling.get("allowedFunctionNames") and calling.get("mode") not in {"ANY", "VALIDATED"}:
+        problems.append("allowedFunctionNames may only be set when mode is ANY or VALIDATED")
+
+
+def _check_gemini_generation(config: Any, problems: list[str]) -> None:
     if not isinstance(config, dict):
-        problems.append("generationConfig missing")
+        problems.append("generationConfig must be an object")
         return
     if config.keys() - _GEMINI_GENERATION:
         problems.append(
             f"unknown generationConfig fields {sorted(config.keys() - _GEMINI_GENERATION)}"
         )
-    if config.get("responseMimeType") != "application/json":
-        problems.append("generationConfig.responseMimeType is not application/json")
+    mime = config.get("responseMimeType")
+    if mime is not None and mime not in _GEMINI_MIME_TYPES:
+        problems.append(f"generationConfig.responseMimeType must be one of {_GEMINI_MIME_TYPES}")
+    if ("responseSchema" in config or "responseJsonSchema" in config) and mime not in {
+        "application/json",
+        "text/x.enum",
+    }:
+        problems.append("a response schema needs responseMimeType application/json")
     if "responseSchema" in config and "responseJsonSchema" in config:
         problems.append("responseSchema and responseJsonSchema are exclusive")
     schema = config.get("responseSchema")
@@ -588,6 +992,16 @@ def _check_gemini(path: str, headers: dict, body: dict, problems: list[str]) -> 
     tokens = config.get("maxOutputTokens")
     if tokens is not None and not (isinstance(tokens, int) and tokens >= 1):
         problems.append("maxOutputTokens must be a positive integer")
+    if "topP" in config and not (_is_number(config["topP"]) and 0 <= config["topP"] <= 1):
+        problems.append("topP must be a number in [0, 1]")
+    stops = config.get("stopSequences")
+    if stops is not None and not (_is_strings(stops) and len(stops) <= 5):
+        problems.append("stopSequences must be at most 5 strings")
+    if "seed" in config and not _is_int(config["seed"]):
+        problems.append("seed must be an integer")
+
+
+# ------------------------------------------------------------------ openai-compatible
 
 
 def _check_openai(path: str, headers: dict, body: dict, problems: list[str]) -> None:
@@ -600,18 +1014,7 @@ def _check_openai(path: str, headers: dict, body: dict, problems: list[str]) -> 
         problems.append(f"unknown body fields {sorted(body.keys() - _OPENAI_BODY)}")
     if not isinstance(body.get("model"), str) or not body["model"]:
         problems.append("model missing")
-    messages = body.get("messages")
-    if not (
-        isinstance(messages, list)
-        and messages
-        and all(
-            isinstance(m, dict)
-            and m.get("role") in {"system", "developer", "user", "assistant"}
-            and isinstance(m.get("content"), str)
-            for m in messages
-        )
-    ):
-        problems.append("messages must be [{role, content}]")
+    _check_openai_messages(body.get("messages"), problems)
     if "temperature" in body and not (
         _is_number(body["temperature"]) and 0 <= body["temperature"] <= 2
     ):
@@ -619,6 +1022,31 @@ def _check_openai(path: str, headers: dict, body: dict, problems: list[str]) -> 
     tokens = body.get("max_tokens")
     if tokens is not None and not (isinstance(tokens, int) and tokens >= 1):
         problems.append("max_tokens must be a positive integer")
+    if "top_p" in body and not (_is_number(body["top_p"]) and 0 <= body["top_p"] <= 1):
+        problems.append("top_p must be a number in [0, 1]")
+    if "seed" in body and not _is_int(body["seed"]):
+        problems.append("seed must be an integer")
+    stop = body.get("stop")
+    if stop is not None and not (isinstance(stop, str) or (_is_strings(stop) and len(stop) <= 4)):
+        problems.append("stop must be a string or at most 4 strings")
+    if "tools" in body:
+        _check_openai_tools(body["tools"], problems)
+    if "tool_choice" in body:
+        choice = body["tool_choice"]
+        if not (
+            choice in {"none", "auto", "required"}
+            or (
+                isinstance(choice, dict)
+                and choice.get("type") == "function"
+                and isinstance(choice.get("function"), dict)
+                and isinstance(choice["function"].get("name"), str)
+            )
+        ):
+            problems.append("tool_choice must be none, auto, required or {type: function, ...}")
+        if not body.get("tools"):
+            problems.append("tool_choice is only allowed when tools are specified")
+    if "parallel_tool_calls" in body and not isinstance(body["parallel_tool_calls"], bool):
+        problems.append("parallel_tool_calls must be a boolean")
     response_format = body.get("response_format")
     if response_format is None:
         return
@@ -635,6 +1063,130 @@ def _check_openai(path: str, headers: dict, body: dict, problems: list[str]) -> 
             problems.append("response_format.json_schema must be {name, schema, strict?}")
     elif kind not in {"json_object", "text"}:
         problems.append("response_format.type must be json_schema, json_object or text")
+
+
+def _openai_tool_call_ok(call: Any) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    return (
+        isinstance(call, dict)
+        and not call.keys() - {"id", "type", "function"}
+        and isinstance(call.get("id"), str)
+        and bool(call["id"])
+        and call.get("type") == "function"
+        and isinstance(function, dict)
+        and isinstance(function.get("name"), str)
+        and isinstance(function.get("arguments"), str)
+    )
+
+
+def _openai_text(content: Any) -> bool:
+    """A message's content: a string or text parts."""
+    return isinstance(content, str) or (
+        isinstance(content, list)
+        and bool(content)
+        and all(
+            isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+            for part in content
+        )
+    )
+
+
+def _check_openai_messages(messages: Any, problems: list[str]) -> None:
+    if not (
+        isinstance(messages, list)
+        and messages
+        and all(
+            isinstance(m, dict)
+            and m.get("role") in {"system", "developer", "user", "assistant", "tool"}
+            for m in messages
+        )
+    ):
+        problems.append("messages must be [{role, content}]")
+        return
+    # The ids of the assistant's calls that the tool messages now following it answer.
+    calls: set[str] | None = None
+    answered: set[str] = set()
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        role = message["role"]
+        if message.keys() - _OPENAI_MESSAGE:
+            problems.append(
+                f"{where} has unknown fields {sorted(message.keys() - _OPENAI_MESSAGE)}"
+            )
+        if role != "tool" and calls is not None:
+            _openai_unanswered(calls - answered, problems)
+            calls = None
+        if role == "assistant":
+            tool_calls = message.get("tool_calls")
+            if tool_calls is not None and not (
+                isinstance(tool_calls, list)
+                and tool_calls
+                and all(_openai_tool_call_ok(call) for call in tool_calls)
+            ):
+                problems.append(f"{where}.tool_calls must be [{{id, type: function, function}}]")
+                tool_calls = None
+            content = message.get("content")
+            if content is None and not tool_calls:
+                problems.append(f"{where}: content is required unless tool_calls is specified")
+            elif content is not None and not _openai_text(content):
+                problems.append(f"{where}.content must be a string")
+            if tool_calls:
+                calls, answered = {call["id"] for call in tool_calls}, set()
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not _openai_text(message.get("content")):
+                problems.append(f"{where} must be {{role: tool, tool_call_id, content}}")
+            elif calls is None:
+                problems.append(
+                    "messages with role 'tool' must be a response to a preceding message "
+                    "with 'tool_calls'"
+                )
+            elif call_id not in calls:
+                problems.append(f"{where}.tool_call_id answers no call of the assistant message")
+            else:
+                answered.add(call_id)
+        elif not _openai_text(message.get("content")):
+            problems.append(f"{where}.content must be a string")
+    if calls is not None:
+        _openai_unanswered(calls - answered, problems)
+
+
+def _openai_unanswered(missing: set[str], problems: list[str]) -> None:
+    if missing:
+        problems.append(
+            "An assistant message with 'tool_calls' must be followed by tool messages "
+            "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+            f"response messages: {', '.join(sorted(missing))}"
+        )
+
+
+def _check_openai_tools(tools: Any, problems: list[str]) -> None:
+    if not isinstance(tools, list) or not tools:
+        problems.append("tools must be a non-empty array")
+        return
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not (
+            isinstance(tool, dict)
+            and not tool.keys() - {"type", "function"}
+            and tool.get("type") == "function"
+            and isinstance(function, dict)
+            and not function.keys() - {"name", "description", "parameters", "strict"}
+            and isinstance(function.get("name"), str)
+            and _OPENAI_FUNCTION_NAME.fullmatch(function["name"])
+            and isinstance(function.get("description", ""), str)
+            and isinstance(function.get("parameters", {}), dict)
+            and isinstance(function.get("strict", False), bool)
+        ):
+            problems.append(
+                "tools must be [{type: function, function: {name, description?, parameters?}}]"
+            )
+            return
+
+
+# ------------------------------------------------------------------ anthropic
 
 
 def _check_anthropic(path: str, headers: dict, body: dict, problems: list[str]) -> None:
@@ -662,9 +1214,151 @@ def _check_anthropic(path: str, headers: dict, body: dict, problems: list[str]) 
         and messages[0].get("role") == "user"
     ):
         problems.append("messages must be [{role: user|assistant, content}] starting with user")
+    else:
+        _check_anthropic_turns(messages, problems)
     if "system" in body and not isinstance(body["system"], str | list):
         problems.append("system must be a string or text blocks")
     if "temperature" in body and not (
         _is_number(body["temperature"]) and 0 <= body["temperature"] <= 1
     ):
         problems.append("temperature must be a number in [0, 1]")
+    if "top_p" in body and not (_is_number(body["top_p"]) and 0 <= body["top_p"] <= 1):
+        problems.append("top_p must be a number in [0, 1]")
+    if "stop_sequences" in body and not _is_strings(body["stop_sequences"]):
+        problems.append("stop_sequences must be a list of strings")
+    if "tools" in body:
+        _check_anthropic_tools(body["tools"], problems)
+    if "tool_choice" in body:
+        choice = body["tool_choice"]
+        if not (
+            isinstance(choice, dict)
+            and choice.get("type") in {"auto", "any", "tool", "none"}
+            and (choice["type"] != "tool" or isinstance(choice.get("name"), str))
+            and isinstance(choice.get("disable_parallel_tool_use", False), bool)
+        ):
+            problems.append("tool_choice must be {type: auto|any|tool|none, name?}")
+        elif choice["type"] in {"any", "tool"} and not body.get("tools"):
+            problems.append("tool_choice any or tool needs tools")
+
+
+def _check_anthropic_turns(messages: list[dict], problems: list[str]) -> None:
+    """Blocks, role alternation, and each tool_use answered by a tool_result next turn."""
+    uses: list[set[str]] = []
+    results: list[set[str]] = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        role = message["role"]
+        if index and messages[index - 1]["role"] == role:
+            problems.append(f"{where}: roles must alternate between user and assistant")
+        used: set[str] = set()
+        answered: set[str] = set()
+        content = message["content"]
+        if isinstance(content, list):
+            if not content:
+                problems.append(f"{where}.content must not be empty")
+            allowed = _ANTHROPIC_USER_BLOCKS if role == "user" else _ANTHROPIC_ASSISTANT_BLOCKS
+            seen_other = False
+            for number, block in enumerate(content):
+                problem = _anthropic_block_problem(block, allowed)
+                if problem:
+                    problems.append(f"{where}.content[{number}] {problem}")
+                    return
+                if block["type"] == "tool_use":
+                    used.add(block["id"])
+                elif block["type"] == "tool_result":
+                    if seen_other:
+                        problems.append(
+                            f"{where}: tool_result blocks must come first in the content, "
+                            "before any other block"
+                        )
+                    answered.add(block["tool_use_id"])
+                else:
+                    seen_other = True
+        uses.append(used)
+        results.append(answered)
+    for index in range(len(messages)):
+        if results[index]:
+            previous = uses[index - 1] if index else set()
+            unexpected = results[index] - previous
+            if unexpected:
+                problems.append(
+                    f"messages.{index}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                    f"{', '.join(sorted(unexpected))}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message."
+                )
+        if uses[index] and index + 1 < len(messages):
+            missing = uses[index] - results[index + 1]
+            if missing:
+                problems.append(
+                    f"messages.{index + 1}: `tool_use` ids were found without `tool_result` "
+                    f"blocks immediately after: {', '.join(sorted(missing))}. Each `tool_use` "
+                    "block must have a corresponding `tool_result` block in the next message."
+                )
+
+
+def _anthropic_block_problem(block: Any, allowed: set[str]) -> str | None:
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind not in allowed:
+        return f"must be a block of type {sorted(allowed)}"
+    if kind == "text":
+        if not isinstance(block.get("text"), str):
+            return "text must be a string"
+        if not block["text"]:
+            return "text content blocks must be non-empty"
+    elif kind == "tool_use":
+        if not (
+            not block.keys() - {"type", "id", "name", "input", "cache_control"}
+            and isinstance(block.get("id"), str)
+            and _ANTHROPIC_TOOL_ID.fullmatch(block["id"])
+            and isinstance(block.get("name"), str)
+            and isinstance(block.get("input"), dict)
+        ):
+            return "tool_use must be {id: [A-Za-z0-9_-]+, name, input: object}"
+    elif kind == "tool_result":
+        result = block.get("content", "")
+        if not (
+            not block.keys() - {"type", "tool_use_id", "content", "is_error", "cache_control"}
+            and isinstance(block.get("tool_use_id"), str)
+            and _ANTHROPIC_TOOL_ID.fullmatch(block["tool_use_id"])
+            and (
+                isinstance(result, str)
+                or (
+                    isinstance(result, list)
+                    and all(
+                        isinstance(b, dict) and b.get("type") in {"text", "image"} for b in result
+                    )
+                )
+            )
+            and isinstance(block.get("is_error", False), bool)
+        ):
+            return "tool_result must be {tool_use_id, content?: string|blocks, is_error?}"
+    return None
+
+
+def _check_anthropic_tools(tools: Any, problems: list[str]) -> None:
+    if not isinstance(tools, list):
+        problems.append("tools must be an array")
+        return
+    names: list[str] = []
+    for tool in tools:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            problems.append("tools entries must be objects with a name")
+            return
+        names.append(tool["name"])
+        if tool.get("type") not in {None, "custom"}:
+            continue  # a server tool (web search, code execution, ...): its own fields
+        schema = tool.get("input_schema")
+        if not (
+            not tool.keys() - {"type", "name", "description", "input_schema", "cache_control"}
+            and _ANTHROPIC_TOOL_NAME.fullmatch(tool["name"])
+            and isinstance(tool.get("description", ""), str)
+            and isinstance(schema, dict)
+            and schema.get("type") == "object"
+        ):
+            problems.append(
+                "tools must be [{name: [A-Za-z0-9_-]{1,64}, description?, "
+                "input_schema: {type: object, ...}}]"
+            )
+            return
+    if len(names) != len(set(names)):
+        problems.append("Tool names must be unique.")
