@@ -31,7 +31,7 @@ from urllib.parse import urlencode, urlsplit
 import psutil
 import psycopg
 
-from bench import cache_bench, locomo, memory_bench, outbox_bench
+from bench import cache_bench, invocation_bench, locomo, memory_bench, outbox_bench
 from bench.workload import conversation
 from ctxadmin import stack
 from ctxadmin.testing.service import ServiceProcess
@@ -311,6 +311,7 @@ def write_report(
     memory: dict,
     outbox: dict,
     cache: dict,
+    invocations: dict,
 ) -> None:
     rows = []
 
@@ -472,7 +473,9 @@ build uses `{{"budgets": {{"max_tokens": 32000}}, "overflow": "truncate"}}` and 
 
 {outbox_bench.report(outbox)}
 
-{cache_bench.report(cache)}"""
+{cache_bench.report(cache)}
+
+{invocation_bench.report(invocations)}"""
     )
 
 
@@ -543,6 +546,8 @@ def main() -> None:
         outbox = outbox_bench.measure(service, api)
         print("measuring the prefix-cache registry …", flush=True)
         cache = cache_bench.measure(service, bench_client(service, "cache", "cache"), fake_gemini)
+        print("measuring invocations …", flush=True)
+        invocations = invocation_bench.measure(bench_client(service, "invoke", "sessions"))
         peer = None
         if not args.skip_peer:
             from bench import adk_peer
@@ -560,7 +565,7 @@ def main() -> None:
         for process in alive:
             process.kill()
         fake_gemini.stop()
-    write_report(ours, peer, info, args, compaction, memory, outbox, cache)
+    write_report(ours, peer, info, args, compaction, memory, outbox, cache, invocations)
     print(f"wrote {REPORT}")
     if cache["failures"]:
         sys.exit("prefix cache targets not met: " + "; ".join(cache["failures"]))

@@ -29,6 +29,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
+from bench.sections import splice
 from ctxadmin import stack
 from ctxadmin.testing.fake_gemini_cache import FakeGeminiCache
 
@@ -460,15 +461,6 @@ across processes.
 SECTION = "## Prefix cache"
 
 
-def splice(text: str, section: str) -> str:
-    """``BENCHMARKS.md`` with its prefix-cache section replaced (or appended)."""
-    start = text.find(SECTION)
-    if start < 0:
-        return text.rstrip() + "\n\n" + section
-    end = text.find("\n## ", start + len(SECTION))
-    return text[:start] + section.rstrip() + "\n" + ("" if end < 0 else text[end:])
-
-
 def main() -> None:
     from bench.__main__ import REPORT, bench_client, bench_service, machine, postgres_version
 
@@ -495,7 +487,7 @@ def main() -> None:
     section = section.replace(
         "\n\nThe provider prefix-cache registry", stamp + "\nThe provider prefix-cache registry", 1
     )
-    REPORT.write_text(splice(REPORT.read_text(), section))
+    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
     print(section)
     if results["failures"]:
         sys.exit("prefix cache targets not met: " + "; ".join(results["failures"]))

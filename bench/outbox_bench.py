@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 
 import psycopg
 
+from bench.sections import splice
 from ctxadmin import stack
 
 SESSION_EVENTS = 500
@@ -353,15 +354,6 @@ call.
 SECTION = "## Ingestion outbox"
 
 
-def splice(text: str, section: str) -> str:
-    """``BENCHMARKS.md`` with its outbox section replaced (or appended)."""
-    start = text.find(SECTION)
-    if start < 0:
-        return text.rstrip() + "\n\n" + section
-    end = text.find("\n## ", start + len(SECTION))
-    return text[:start] + section.rstrip() + "\n" + ("" if end < 0 else text[end:])
-
-
 def main() -> None:
     from bench.__main__ import REPORT, bench_client, bench_service
 
@@ -381,7 +373,7 @@ def main() -> None:
     section = section.replace(
         "\n\nSession events into memory", stamp + "\nSession events into memory", 1
     )
-    REPORT.write_text(splice(REPORT.read_text(), section))
+    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
     print(section)
 
 

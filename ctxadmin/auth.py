@@ -29,6 +29,23 @@ class ApiKeyPrincipal:
         return f"apikey:{self.key.prefix}"
 
 
+@dataclass(frozen=True)
+class ToolTokenPrincipal:
+    """``request.user`` for a request authenticated by a tool token."""
+
+    token: object
+    is_authenticated: bool = True
+    is_anonymous: bool = False
+    is_staff: bool = False
+
+    @property
+    def pk(self):
+        return None
+
+    def __str__(self) -> str:
+        return f"tooltoken:{self.token.prefix}"
+
+
 _KEY_FIELDS = [f.attname for f in ApiKey._meta.concrete_fields]
 _APP_FIELDS = [f.attname for f in App._meta.concrete_fields]
 _COLUMNS = ", ".join([*(f"k.{n}" for n in _KEY_FIELDS), *(f"a.{n}" for n in _APP_FIELDS)])
@@ -67,6 +84,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if scheme.lower() != self.keyword.lower():
             return None
         raw = raw.strip()
+        if raw.startswith("ctt_"):
+            from sessions_app import tool_tokens
+
+            token = tool_tokens.authenticate(raw)
+            if token is None:
+                raise exceptions.AuthenticationFailed("Invalid API key.")
+            return ToolTokenPrincipal(token), token
         prefix = parse_key(raw)
         if prefix is None:
             raise exceptions.AuthenticationFailed("Invalid API key.")

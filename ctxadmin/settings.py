@@ -195,6 +195,8 @@ CTXADMIN_CACHE_ENCRYPTION_KEYS = env.list("CTXADMIN_CACHE_ENCRYPTION_KEYS", [])
 CTXADMIN_CACHE_PROVIDERS = env.list("CTXADMIN_CACHE_PROVIDERS", ["gemini", "fake"])
 CTXADMIN_CACHE_FAKE_DELAY_MS = env.int("CTXADMIN_CACHE_FAKE_DELAY_MS", 0, minimum=0)
 CTXADMIN_CACHE_FAKE_FAILURE = env.str("CTXADMIN_CACHE_FAKE_FAILURE", "")
+# The ``fake`` model provider of invocations (sessions_app/fake_model.py): its reply delay.
+CTXADMIN_FAKE_MODEL_DELAY_MS = env.int("CTXADMIN_FAKE_MODEL_DELAY_MS", 0, minimum=0)
 # The Gemini API; its key is read when the adapter is built, from CTXADMIN_GEMINI_API_KEY
 # (or ``_FILE``) or else GEMINI_API_KEY, so it never sits in the settings.
 CTXADMIN_GEMINI_BASE_URL = env.str(
@@ -219,6 +221,16 @@ if CTXADMIN_EMBEDDER not in ("hashing", "local", "openai_compatible", "gemini"):
     )
 if not re.fullmatch(r"[a-z_]{1,63}", CTXADMIN_MEMORY_TS_CONFIG):
     raise ImproperlyConfigured("CTXADMIN_MEMORY_TS_CONFIG must name a text search configuration")
+# Artifacts (artifacts/): one version's bytes, versions kept per name, one version's metadata.
+CTXADMIN_ARTIFACT_MAX_BYTES = env.int(
+    "CTXADMIN_ARTIFACT_MAX_BYTES", 8 * 1024 * 1024, minimum=1, maximum=512 * 1024 * 1024
+)
+CTXADMIN_ARTIFACT_MAX_VERSIONS = env.int(
+    "CTXADMIN_ARTIFACT_MAX_VERSIONS", 100, minimum=1, maximum=1_000_000
+)
+CTXADMIN_ARTIFACT_MAX_METADATA_BYTES = env.int(
+    "CTXADMIN_ARTIFACT_MAX_METADATA_BYTES", 4096, minimum=2, maximum=1024 * 1024
+)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXADMIN_MAX_BODY_BYTES
 
 # --------------------------------------------------------------------------- model providers
@@ -244,6 +256,7 @@ INSTALLED_APPS = [
     "sessions_app.apps.SessionsAppConfig",
     "memory.apps.MemoryConfig",
     "caching.apps.CachingConfig",
+    "artifacts.apps.ArtifactsConfig",
 ]
 
 MIDDLEWARE = [
@@ -332,6 +345,7 @@ SPECTACULAR_SETTINGS = {
         "sessions_app.api.schemas.add_components",
         "memory.api.schemas.add_components",
         "caching.api.schemas.add_components",
+        "artifacts.api.schemas.add_components",
     ],
     "DISABLE_ERRORS_AND_WARNINGS": False,
     # Swagger UI's assets ship with the project (no CDN).

@@ -9,7 +9,14 @@ from django.utils.html import format_html
 
 from ctxadmin.admin import MachineOwnedAdmin
 from sessions_app.compaction.policy import TRIGGERS
-from sessions_app.models import AppCompactionPolicy, Checkpoint, CompactionState, Session
+from sessions_app.models import (
+    AppCompactionPolicy,
+    Checkpoint,
+    CompactionState,
+    Invocation,
+    Session,
+    ToolToken,
+)
 
 
 @admin.register(Session)
@@ -224,3 +231,77 @@ class AppCompactionPolicyAdmin(MachineOwnedAdmin):
     @admin.display(description="policy")
     def policy_json(self, obj):
         return format_html("<pre>{}</pre>", json.dumps(obj.policy, indent=2, sort_keys=True))
+
+
+@admin.register(Invocation)
+class InvocationAdmin(MachineOwnedAdmin):
+    """Invocations by their numbers: provider, model, cache outcome, tokens, timings, error
+    code. The conversation is in the session's events, which these pages never read."""
+
+    list_display = [
+        "invocation_id",
+        "session_ref",
+        "status",
+        "provider",
+        "model",
+        "cache_status",
+        "cached_tokens",
+        "input_tokens",
+        "output_tokens",
+        "function_calls",
+        "provider_ms",
+        "total_ms",
+        "error_code",
+        "created_at",
+    ]
+    fields = [
+        *list_display,
+        "cache_reason",
+        "memory_hits",
+        "pre_compaction_id",
+        "ingestion_job_id",
+        "input_event_id",
+        "output_event_ids",
+        "completed_at",
+    ]
+    readonly_fields = fields
+    list_filter = ["status"]  # the leading column of an index
+    ordering = ["-created_at"]
+    show_full_result_count = False
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _app_id=F("session__app_id"),
+                _user_id=F("session__user_id"),
+                _session_id=F("session__session_id"),
+            )
+        )
+
+    @admin.display(description="session", ordering="session_id")
+    def session_ref(self, obj):
+        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
+
+
+@admin.register(ToolToken)
+class ToolTokenAdmin(MachineOwnedAdmin):
+    """Tool tokens' metadata (never the token: only its digest is stored, and not shown)."""
+
+    list_display = [
+        "prefix",
+        "app",
+        "tool_name",
+        "capabilities",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "revoked_reason",
+        "last_used_at",
+    ]
+    fields = [*list_display, "function_call_id"]
+    readonly_fields = fields
+    list_filter = ["app", "revoked_reason"]
+    list_select_related = ["app"]
+    ordering = ["-created_at"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.functions import Now
@@ -253,3 +255,96 @@ class CompactionState(models.Model):
 
     def __str__(self) -> str:
         return f"compaction state of {self.session_id}"
+
+
+class Invocation(models.Model):
+    """One model call run by ctxadmin for a session (``POST …/invocations``), by the client's
+    invocation id: numbers, ids and codes only (the content is in the session's events)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="invocations")
+    invocation_id = models.CharField(max_length=128)
+    status = models.CharField(max_length=10, choices=[(s, s) for s in (RUNNING, COMPLETED, FAILED)])
+    provider = models.CharField(max_length=64)
+    model = models.CharField(max_length=128)
+    request_fingerprint = models.CharField(max_length=64)
+    input_event_id = models.CharField(max_length=128, blank=True)
+    output_event_ids = ArrayField(models.CharField(max_length=128), default=list, blank=True)
+    function_calls = models.IntegerField(default=0)
+    cache_status = models.CharField(max_length=10, blank=True)  # created, hit, bypass, off
+    cache_reason = models.CharField(max_length=32, blank=True)
+    cached_tokens = models.IntegerField(null=True, blank=True)
+    input_tokens = models.IntegerField(null=True, blank=True)
+    output_tokens = models.IntegerField(null=True, blank=True)
+    memory_hits = models.IntegerField(default=0)
+    pre_compaction_id = models.UUIDField(null=True, blank=True)
+    ingestion_job_id = models.UUIDField(null=True, blank=True)
+    error_code = models.CharField(max_length=40, blank=True)
+    provider_ms = models.FloatField(null=True, blank=True)
+    total_ms = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "invocation_id"], name="invocation_unique_per_session"
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "created_at"], name="invocation_status")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}/{self.invocation_id}"
+
+
+class ToolToken(models.Model):
+    """A least-authority credential minted for one tool call of one invocation: it can do
+    only its ``capabilities`` on its (app, user, session), until it expires, is revoked, or
+    the tool's function response is appended. Only the SHA-256 digest is stored."""
+
+    CAPABILITIES = (
+        "identity",
+        "state_read",
+        "artifact_put",
+        "artifact_get",
+        "artifact_list",
+        "artifact_list_versions",
+        "artifact_delete",
+        "artifact_attach",
+        "memory_search",
+        "memory_add",
+        "memory_delete",
+    )
+
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="tool_tokens")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="tool_tokens")
+    invocation = models.ForeignKey(Invocation, on_delete=models.CASCADE, related_name="tool_tokens")
+    function_call_id = models.CharField(max_length=128)
+    tool_name = models.CharField(max_length=256)
+    capabilities = ArrayField(
+        models.CharField(max_length=32, choices=[(c, c) for c in CAPABILITIES])
+    )
+    prefix = models.CharField(max_length=10, unique=True, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.CharField(max_length=16, blank=True)  # deleted, answered
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["session", "function_call_id"],
+                condition=models.Q(revoked_at__isnull=True),
+                name="tooltoken_open_calls",
+            ),
+            models.Index(fields=["expires_at"], name="tooltoken_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix} ({self.tool_name})"

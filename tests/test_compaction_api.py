@@ -535,3 +535,34 @@ def test_an_append_during_compaction_is_kept(monkeypatch):
     built = shape(history(api))
     assert built[-1] == "late" and built[0].startswith("S1-")
     assert Event.objects.filter(event_id="late").exists()
+
+
+def test_a_projected_tool_response_is_kept_whole_as_a_session_artifact(api, owner):
+    big = {"rows": [f"row {i}: " + "x" * 90 for i in range(200)]}
+    append(api, text("user", "find the rows", event_id="u0"))
+    append(api, call("c1", event_id="fc1"), response("c1", big, event_id="fr1"))
+    append(api, text("agent", "found them", event_id="m0"))
+    conversation(api, 3, size=10)
+    set_policy(
+        api, token_threshold=2000, retain_recent_exchanges=1, project_tool_responses_over_bytes=4096
+    )
+    checkpoint = compact(api)
+    assert checkpoint["status"] == "active", checkpoint
+    assert checkpoint["representation"] == "pruned"
+    items = [i for i in history(api)["envelope"]["history"] if i.get("event_id") == "fr1"]
+    projected = items[0]["content"]["parts"][0]["function_response"]["response"]
+    assert projected["projected"] is True
+    assert projected["original"] == "artifact:tool-output.fr1.0"
+    stored = api.get(f"{SESSION}/artifacts/tool-output.fr1.0")
+    assert stored.status_code == 200, stored.content
+    assert stored.json()["sha256"] == projected["sha256"]
+    assert stored.json()["size"] == projected["bytes"]
+    assert stored.json()["custom_metadata"] == {
+        "event_id": "fr1",
+        "function_call_id": "c1",
+        "tool": "lookup",
+    }
+    import base64
+    import json
+
+    assert json.loads(base64.b64decode(stored.json()["data_base64"])) == big

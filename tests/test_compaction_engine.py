@@ -324,7 +324,8 @@ class TestSummarise:
         assert outcome.tokens_after < 2500
         assert outcome.projected == ("e3",)
         projected = outcome.items[2]["content"]["parts"][0]["function_response"]["response"]
-        assert projected["projected"] is True and projected["original"] == "event:e3"
+        assert projected["projected"] is True
+        assert projected["original"] == "artifact:tool-output.e3.0"
 
 
 class TestSummaryValidation:

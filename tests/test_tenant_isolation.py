@@ -18,6 +18,8 @@ SAMPLE = {
     "memory_id": "00000000-0000-4000-8000-000000000002",
     "job_id": "00000000-0000-4000-8000-000000000003",
     "fingerprint": "0" * 64,
+    "invocation": "inv-1",
+    "name": "report.txt",
 }
 METHODS = ("get", "post", "put", "patch", "delete")
 

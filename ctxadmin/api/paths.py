@@ -12,6 +12,9 @@ import re
 APP_NAME_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}"
 MAX_ID_LENGTH = 128
+# Artifact names: the id charset, up to 256 characters, never ``..``; ``user:`` (the user's
+# namespace) must be followed by a letter or digit.
+ARTIFACT_NAME_PATTERN = r"(?!.*\.\.)(?!user:(?![A-Za-z0-9]))[A-Za-z0-9][A-Za-z0-9._:@-]{0,255}"
 
 _RULES = {
     "app": (re.compile(rf"^{APP_NAME_PATTERN}\Z"), "1-63 lowercase letters, digits and '-'"),
@@ -22,6 +25,11 @@ _RULES = {
     "sid": (
         re.compile(rf"^{ID_PATTERN}\Z"),
         "1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit",
+    ),
+    "name": (
+        re.compile(rf"^{ARTIFACT_NAME_PATTERN}\Z"),
+        "1-256 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit, "
+        "without '..'; 'user:' is followed by a letter or digit",
     ),
     "prefix": (re.compile(r"^[a-z0-9]{10}\Z"), "the 10-character prefix of an API key"),
     "memory_id": (
@@ -35,6 +43,10 @@ _RULES = {
             r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z"
         ),
         "a UUID",
+    ),
+    "invocation": (
+        re.compile(rf"^{ID_PATTERN}\Z"),
+        "1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit",
     ),
     "fingerprint": (re.compile(r"^[0-9a-f]{64}\Z"), "a SHA-256 fingerprint: 64 lowercase hex"),
 }

@@ -12,4 +12,5 @@ urlpatterns = [
     path("", include("sessions_app.api.urls")),
     path("", include("memory.api.urls")),
     path("", include("caching.api.urls")),
+    path("", include("artifacts.api.urls")),
 ]

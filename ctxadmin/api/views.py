@@ -17,9 +17,17 @@ from ctxadmin.api.paths import path_segment_error
 from ctxadmin.models import ApiKey, App
 
 
+def _tool_token(credential):
+    from sessions_app.models import ToolToken
+
+    return credential if isinstance(credential, ToolToken) else None
+
+
 class AppScopedView(GenericAPIView):
     #: The scope a key needs, per HTTP method (``"*"`` for any method); None needs no scope.
     required_scopes: dict[str, str | None] = {}
+    #: What a tool token needs here, per HTTP method (absent: tool tokens are refused).
+    tool_capabilities: dict[str, str] = {}
     #: Query parameters this endpoint understands; anything else is a 400.
     allowed_query_params: frozenset[str] = frozenset()
     #: Field paths from the model to its app and to its user id.
@@ -40,7 +48,8 @@ class AppScopedView(GenericAPIView):
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)  # authentication and IsAuthenticated
         key = request.auth
-        if not isinstance(key, ApiKey):
+        tool_token = _tool_token(key)
+        if not isinstance(key, ApiKey) and tool_token is None:
             raise exceptions.NotAuthenticated()
         if key.app.name != kwargs.get("app"):
             raise exceptions.NotFound()
@@ -48,9 +57,14 @@ class AppScopedView(GenericAPIView):
             problem = path_segment_error(name, value)
             if problem:
                 raise ApiError("invalid_path_parameter", problem, details={"parameter": name})
-        scope = self.required_scopes.get(request.method, self.required_scopes.get("*"))
-        if scope is not None and not key.has_scope(scope):
-            raise exceptions.PermissionDenied(f"This API key does not have the '{scope}' scope.")
+        if tool_token is not None:
+            self._check_tool_token(tool_token, request.method, kwargs)
+        else:
+            scope = self.required_scopes.get(request.method, self.required_scopes.get("*"))
+            if scope is not None and not key.has_scope(scope):
+                raise exceptions.PermissionDenied(
+                    f"This API key does not have the '{scope}' scope."
+                )
         unknown = sorted(set(request.query_params) - self.allowed_query_params)
         if unknown:
             raise ApiError(
@@ -60,6 +74,22 @@ class AppScopedView(GenericAPIView):
             )
         self.tenant = key.app
         self.user_id = kwargs.get("user")
+
+    def _check_tool_token(self, token, method: str, kwargs: dict) -> None:
+        """A tool token reaches only its own user and session (anything else is 404, as for
+        another app), and only with the capability this endpoint needs."""
+        if kwargs.get("user", token.session.user_id) != token.session.user_id:
+            raise exceptions.NotFound()
+        if kwargs.get("sid", token.session.session_id) != token.session.session_id:
+            raise exceptions.NotFound()
+        needed = self.tool_capabilities.get(method, self.tool_capabilities.get("*"))
+        if needed is None or needed not in token.capabilities:
+            raise ApiError(
+                "capability_denied",
+                "This tool token does not allow this operation.",
+                status_code=403,
+                details={"needed": needed},
+            )
 
     def get_queryset(self):
         queryset = super().get_queryset().filter(**{self.app_field: self.tenant})

@@ -25,6 +25,8 @@ class MemoryListView(MemoryScopedView):
     session's memories (``?session_id=``) or, with ``{"confirm": "erase user <user>"}``, the
     user's whole memory."""
 
+    tool_capabilities = {"POST": "memory_add"}
+
     allowed_query_params = frozenset({"session_id"})  # DELETE only
 
     @extend_schema(
@@ -71,6 +73,8 @@ class MemoryListView(MemoryScopedView):
 
 
 class MemoryDetailView(MemoryScopedView):
+    tool_capabilities = {"GET": "memory_search", "DELETE": "memory_delete"}
+
     @extend_schema(operation_id="memories_get", responses={200: ref("Memory")})
     def get(self, request, app, user, memory_id):
         return Response(services.get_memory(self.tenant, user, memory_id))
@@ -87,6 +91,8 @@ class MemoryDetailView(MemoryScopedView):
 
 
 class MemorySearchView(MemoryScopedView):
+    tool_capabilities = {"POST": "memory_search"}
+
     @extend_schema(
         operation_id="memories_search",
         request={JSON: ref("MemorySearch")},

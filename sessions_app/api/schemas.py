@@ -366,6 +366,165 @@ COMPONENTS.update(
     }
 )
 
+_NULLABLE_INT = {"type": "integer", "nullable": True}
+COMPONENTS.update(
+    {
+        "InvocationRequest": _strict(
+            {
+                "invocation_id": _ID,
+                "input": ref("Content"),
+                "agent": _strict(
+                    {
+                        "provider": {
+                            "type": "string",
+                            "description": "a connection of CTXADMIN_PROVIDERS, or `fake`",
+                        },
+                        "model": {"type": "string", "maxLength": 128},
+                        "name": {"type": "string", "maxLength": 128},
+                        "instructions": {"type": "string"},
+                        "declarations": {"type": "array", "items": _OBJECT},
+                        "generation_config": _OBJECT,
+                    },
+                    ["provider", "model"],
+                ),
+                "context_policy": ref("ContextPolicy"),
+                "memory_retrieval": _strict(
+                    {
+                        "mode": {"enum": ["lexical", "vector", "hybrid"]},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+                        "filter": _OBJECT,
+                        "max_hit_bytes": {"type": "integer", "minimum": 1, "maximum": 65536},
+                        "max_total_bytes": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": 1048576,
+                        },
+                        "on_error": {"enum": ["error", "omit"]},
+                    }
+                ),
+                "cache": {
+                    "oneOf": [
+                        _strict(
+                            {
+                                "ttl_ms": {"type": "integer", "minimum": 1000},
+                                "min_prefix_tokens": {"type": "integer", "minimum": 0},
+                            }
+                        ),
+                        {"enum": ["off"]},
+                    ],
+                    "nullable": True,
+                },
+                "ingestion": {"enum": ["off", "on_success", "durable"]},
+                "deadline_ms": {"type": "integer", "minimum": 1, "maximum": 600000},
+            },
+            ["invocation_id", "input", "agent"],
+        ),
+        "Invocation": _strict(
+            {
+                "invocation_id": {"type": "string"},
+                "status": {"enum": ["completed"]},
+                "content": ref("Content"),
+                "function_calls": {"type": "array", "items": _OBJECT},
+                "usage": _strict(
+                    {
+                        "input_tokens": _NULLABLE_INT,
+                        "output_tokens": _NULLABLE_INT,
+                        "cached_tokens": _NULLABLE_INT,
+                    }
+                ),
+                "cache": _OBJECT,
+                "compaction": _strict(
+                    {"pre_request_id": {"type": "string", "format": "uuid", "nullable": True}}
+                ),
+                "ingestion": _OBJECT,
+                "context": _strict(
+                    {
+                        "tokens": _NULLABLE_INT,
+                        "memory_hits": {"type": "integer"},
+                        "events": _NULLABLE_INT,
+                    }
+                ),
+                "event_ids": _strict(
+                    {
+                        "input": {"type": "string"},
+                        "output": {"type": "array", "items": {"type": "string"}},
+                    }
+                ),
+                "timings": _strict(
+                    {
+                        "provider_ms": {"type": "number", "nullable": True},
+                        "total_ms": {"type": "number", "nullable": True},
+                    }
+                ),
+            },
+            [
+                "invocation_id",
+                "status",
+                "content",
+                "function_calls",
+                "usage",
+                "cache",
+                "ingestion",
+                "event_ids",
+            ],
+        ),
+    }
+)
+
+_CAPABILITIES = [
+    "identity",
+    "state_read",
+    "artifact_put",
+    "artifact_get",
+    "artifact_list",
+    "artifact_list_versions",
+    "artifact_delete",
+    "artifact_attach",
+    "memory_search",
+    "memory_add",
+    "memory_delete",
+]
+_TOOL_TOKEN_INFO = {
+    "prefix": {"type": "string"},
+    "app": {"type": "string"},
+    "user_id": {"type": "string"},
+    "session_id": {"type": "string"},
+    "invocation_id": {"type": "string"},
+    "function_call_id": {"type": "string"},
+    "tool_name": {"type": "string"},
+    "capabilities": {"type": "array", "items": {"enum": _CAPABILITIES}},
+    "created_at": {"type": "string", "format": "date-time"},
+    "expires_at": {"type": "string", "format": "date-time"},
+    "revoked_at": {"type": "string", "format": "date-time", "nullable": True},
+}
+COMPONENTS.update(
+    {
+        "ToolTokenMint": _strict(
+            {
+                "tool_name": {"type": "string"},
+                "capabilities": {"type": "array", "items": {"enum": _CAPABILITIES}},
+                "ttl_ms": {"type": "integer", "minimum": 1000, "maximum": 3600000},
+                "function_call_id": _ID,
+            },
+            ["tool_name"],
+        ),
+        "ToolTokenInfo": _strict(_TOOL_TOKEN_INFO, list(_TOOL_TOKEN_INFO)),
+        "ToolTokenMinted": _strict(
+            {"token": {"type": "string", "description": "shown once"}, **_TOOL_TOKEN_INFO},
+            ["token", *_TOOL_TOKEN_INFO],
+        ),
+        "SessionState": _strict(
+            {
+                "app": {"type": "string"},
+                "user_id": {"type": "string"},
+                "session_id": {"type": "string"},
+                "state": _OBJECT,
+            },
+            ["app", "user_id", "session_id", "state"],
+        ),
+    }
+)
+
 
 def add_components(result, generator, request, public):
     """drf-spectacular post-processing hook: register the components above."""

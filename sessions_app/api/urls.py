@@ -1,6 +1,6 @@
 from django.urls import path
 
-from sessions_app.api import compaction_views, views
+from sessions_app.api import compaction_views, invocation_views, views
 
 base = "apps/<str:app>/users/<str:user>"
 
@@ -10,6 +10,31 @@ urlpatterns = [
     path(f"{base}/sessions/<str:sid>", views.SessionDetailView.as_view(), name="session"),
     path(f"{base}/sessions/<str:sid>/events", views.EventListView.as_view(), name="events"),
     path(f"{base}/sessions/<str:sid>/context", views.ContextView.as_view(), name="context"),
+    path(
+        f"{base}/sessions/<str:sid>/invocations",
+        invocation_views.InvocationListView.as_view(),
+        name="invocations",
+    ),
+    path(
+        f"{base}/sessions/<str:sid>/invocations/<str:invocation>/tool-tokens",
+        invocation_views.ToolTokenListView.as_view(),
+        name="tool-tokens",
+    ),
+    path(
+        f"{base}/sessions/<str:sid>/invocations/<str:invocation>/tool-tokens/<str:prefix>",
+        invocation_views.ToolTokenDetailView.as_view(),
+        name="tool-token",
+    ),
+    path(
+        f"{base}/sessions/<str:sid>/state",
+        invocation_views.SessionStateView.as_view(),
+        name="session-state",
+    ),
+    path(
+        "apps/<str:app>/tool-token",
+        invocation_views.ToolTokenIdentityView.as_view(),
+        name="tool-token-identity",
+    ),
     path(
         f"{base}/sessions/<str:sid>/compaction-policy",
         compaction_views.SessionCompactionPolicyView.as_view(),

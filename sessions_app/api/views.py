@@ -335,6 +335,8 @@ class ContextView(SessionsScopedView):
 class UserStateView(SessionsScopedView):
     """The user's ``user:`` state and the app's ``app:`` state, readable before any session."""
 
+    tool_capabilities = {"GET": "state_read"}
+
     @extend_schema(operation_id="user_state", responses={200: ref("UserState")})
     def get(self, request, app, user):
         app_state, user_state = selectors.scope_states(self.tenant, user)

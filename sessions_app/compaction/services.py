@@ -10,6 +10,7 @@ range and are kept.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
@@ -29,7 +30,7 @@ from sessions_app.compaction import engine
 from sessions_app.compaction.policy import DEFAULT_POLICY, CompactionPolicy, PolicyError
 from sessions_app.compaction.policy import parse_policy as parse_compaction_policy
 from sessions_app.events import COMPACTION, Derived
-from sessions_app.models import AppCompactionPolicy, Checkpoint, CompactionState, Session
+from sessions_app.models import AppCompactionPolicy, Checkpoint, CompactionState, Event, Session
 from sessions_app.services import invalid, not_found
 
 logger = logging.getLogger("ctxadmin.compaction")
@@ -419,6 +420,25 @@ def run_overflow(
     )
 
 
+def run_pre_request(session: Session, current_input_tokens: int) -> Checkpoint | None:
+    """Before an invocation's model call, under token pressure: an automatic check run now
+    (the automatic limits and backoff apply), or None when one is in flight already."""
+    policy, _source = effective_policy(session)
+    try:
+        with transaction.atomic():
+            _take_over_pending_check(session.pk)
+            row = Checkpoint.objects.create(
+                id=uuid.uuid4(),
+                session=session,
+                status=Checkpoint.RUNNING,
+                origin="automatic",
+                policy=policy.as_dict(),
+            )
+    except IntegrityError:
+        return None
+    return execute(row, session, policy, current_input_tokens=current_input_tokens)
+
+
 # ----------------------------------------------------------------------------- running
 
 
@@ -646,6 +666,8 @@ def _commit(
                 "compaction_conflict",
                 "The events of the range are not the ones summarised; nothing changed.",
             )
+        if outcome.projected:
+            _store_projected(session, outcome)
         items_json = "[" + ",".join(canonical_json(i).decode("utf-8") for i in outcome.items) + "]"
         items_bytes = sum(canonical_size(i) for i in outcome.items)
         summary_event_id = ""
@@ -698,6 +720,56 @@ def _commit(
         )
         if policy.retention == "purge":
             _purge(session.pk, row, list(outcome.source_event_ids))
+
+
+def _store_projected(session: Session, outcome: engine.Outcome) -> None:
+    """Keep each projected tool response whole as the session artifact its projection names
+    (in the commit's transaction: the checkpoint never names an original that is not kept)."""
+    from artifacts import services as artifacts
+
+    wanted: dict[str, str] = {}  # artifact name -> the projection's sha256
+    for item in outcome.items:
+        for part in (item.get("content") or {}).get("parts", []):
+            response = (part.get("function_response") or {}).get("response")
+            if isinstance(response, dict) and response.get("projected"):
+                original = response.get("original", "")
+                if original.startswith("artifact:"):
+                    wanted[original.removeprefix("artifact:")] = response["sha256"]
+    if not wanted:
+        return
+    contents = dict(
+        Event.objects.filter(session=session, event_id__in=list(outcome.projected)).values_list(
+            "event_id", "content"
+        )
+    )
+    for event_id, content in contents.items():
+        for index, part in enumerate((content or {}).get("parts", [])):
+            name = engine.projected_artifact_name(event_id, index)
+            if name not in wanted or "function_response" not in part:
+                continue
+            body = canonical_json(part["function_response"].get("response"))
+            if hashlib.sha256(body).hexdigest() != wanted[name]:
+                raise CommitConflict(
+                    "missing_artifact", "A projected tool response changed; nothing changed."
+                )
+            if (
+                artifacts.latest_sha256(session.app, session.user_id, session.session_id, name)
+                == wanted[name]
+            ):
+                continue  # kept by an earlier compaction of the same event
+            artifacts.save_artifact(
+                session.app,
+                session.user_id,
+                session.session_id,
+                name,
+                body,
+                "application/json",
+                {
+                    "event_id": event_id,
+                    "function_call_id": part["function_response"].get("id", ""),
+                    "tool": part["function_response"].get("name", ""),
+                },
+            )
 
 
 def _retire(session_pk: int, checkpoint_pk, first_seq: int, last_seq: int) -> None:

@@ -1,0 +1,184 @@
+"""Least-authority tool tokens: minted by the app for one function call of an invocation.
+
+A token reads ``ctt_<prefix>_<secret>`` (shown once; its SHA-256 digest is stored). It is
+bound to (app, user, session, invocation, function call), carries ``identity`` and the
+capabilities asked for, and stops working when it expires, on ``DELETE``, or as soon as the
+function response of its call is appended to the session.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object
+from ctxadmin.keys import digest_matches, hash_key
+from ctxadmin.models import App
+from sessions_app.models import Invocation, Session, ToolToken
+
+TOKEN_PREFIX = "ctt_"  # noqa: S105 - the format marker, not a secret
+_TOKEN_RE = re.compile(r"^ctt_([a-z0-9]{10})_([A-Za-z0-9_-]{43})\Z")
+MINT_KEYS = frozenset({"tool_name", "capabilities", "ttl_ms", "function_call_id"})
+DEFAULT_TTL_MS = 300_000
+MAX_TTL_MS = 3_600_000
+# Open tokens of one invocation: a model's calls are bounded, so is what may act for them.
+MAX_OPEN_PER_INVOCATION = 64
+
+
+def parse_token(raw: str) -> str | None:
+    match = _TOKEN_RE.match(raw)
+    return match.group(1) if match else None
+
+
+def _generate() -> tuple[str, str]:
+    alphabet = string.ascii_lowercase + string.digits
+    prefix = "".join(secrets.choice(alphabet) for _ in range(10))
+    return prefix, f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+
+
+def _model_calls(session: Session, invocation: Invocation) -> list[dict]:
+    from sessions_app.models import Event
+
+    calls = []
+    for content in Event.objects.filter(
+        session=session, event_id__in=invocation.output_event_ids
+    ).values_list("content", flat=True):
+        for part in (content or {}).get("parts", []):
+            if "function_call" in part:
+                calls.append(part["function_call"])
+    return calls
+
+
+def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[ToolToken, str]:
+    """A token for a function call the model made in this invocation (the tool's name, and
+    the call's id when the model called it more than once)."""
+    body = strict_object(body, MINT_KEYS)
+    tool_name = body.get("tool_name")
+    if not isinstance(tool_name, str) or not tool_name:
+        raise invalid("tool_name", "is required")
+    capabilities = body.get("capabilities", [])
+    if not isinstance(capabilities, list) or not all(isinstance(c, str) for c in capabilities):
+        raise invalid("capabilities", "must be a list of capability names")
+    unknown = sorted(set(capabilities) - set(ToolToken.CAPABILITIES))
+    if unknown:
+        raise invalid("capabilities", f"unknown capability {unknown[0]!r}")
+    ttl_ms = body.get("ttl_ms", DEFAULT_TTL_MS)
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 1000 <= ttl_ms <= MAX_TTL_MS:
+        raise invalid("ttl_ms", f"must be an integer from 1000 to {MAX_TTL_MS}")
+    invocation = Invocation.objects.filter(session=session, invocation_id=invocation_id).first()
+    if invocation is None or invocation.status != Invocation.COMPLETED:
+        raise not_found()
+    calls = [c for c in _model_calls(session, invocation) if c.get("name") == tool_name]
+    wanted = body.get("function_call_id")
+    if wanted is not None:
+        calls = [c for c in calls if c.get("id") == wanted]
+    if not calls:
+        raise ApiError(
+            "no_such_function_call",
+            "The model made no such function call in this invocation.",
+            status_code=422,
+            details={"field": "function_call_id" if wanted is not None else "tool_name"},
+        )
+    answered = _answered(session, [calls[0]["id"]])
+    if answered:
+        raise ApiError(
+            "function_call_answered",
+            "The function response of this call is already stored.",
+            status_code=409,
+        )
+    open_tokens = ToolToken.objects.filter(
+        invocation=invocation, revoked_at__isnull=True, expires_at__gt=timezone.now()
+    ).count()
+    if open_tokens >= MAX_OPEN_PER_INVOCATION:
+        raise ApiError(
+            "too_many_tool_tokens",
+            f"An invocation holds at most {MAX_OPEN_PER_INVOCATION} open tool tokens.",
+            status_code=429,
+        )
+    prefix, raw = _generate()
+    token = ToolToken.objects.create(
+        app=app,
+        session=session,
+        invocation=invocation,
+        function_call_id=calls[0]["id"],
+        tool_name=tool_name,
+        capabilities=sorted({"identity", *capabilities}),
+        prefix=prefix,
+        token_hash=hash_key(raw),
+        expires_at=timezone.now() + timedelta(milliseconds=ttl_ms),
+    )
+    return token, raw
+
+
+def _answered(session: Session, call_ids: list[str]) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM sessions_app_event WHERE session_id = %s AND response_ids && %s LIMIT 1",
+            [session.pk, call_ids],
+        )
+        return cursor.fetchone() is not None
+
+
+def revoke(app: App, session: Session, invocation_id: str, prefix: str) -> None:
+    changed = ToolToken.objects.filter(
+        app=app,
+        session=session,
+        invocation__invocation_id=invocation_id,
+        prefix=prefix,
+        revoked_at__isnull=True,
+    ).update(revoked_at=timezone.now(), revoked_reason="deleted")
+    if (
+        not changed
+        and not ToolToken.objects.filter(
+            app=app, session=session, invocation__invocation_id=invocation_id, prefix=prefix
+        ).exists()
+    ):
+        raise not_found()
+
+
+def revoke_answered(session_pk: int, call_ids: list[str]) -> int:
+    """Revoke the open tokens of calls whose function responses were just appended."""
+    if not call_ids:
+        return 0
+    return ToolToken.objects.filter(
+        session_id=session_pk, function_call_id__in=call_ids, revoked_at__isnull=True
+    ).update(revoked_at=timezone.now(), revoked_reason="answered")
+
+
+def authenticate(raw: str) -> ToolToken | None:
+    """The live token for ``raw`` (with its app and session), or None."""
+    prefix = parse_token(raw)
+    if prefix is None:
+        return None
+    token = ToolToken.objects.select_related("app", "session").filter(prefix=prefix).first()
+    if (
+        token is None
+        or not digest_matches(raw, token.token_hash)
+        or token.revoked_at is not None
+        or token.expires_at <= timezone.now()
+    ):
+        return None
+    ToolToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token
+
+
+def token_json(token: ToolToken) -> dict:
+    return {
+        "prefix": token.prefix,
+        "app": token.app.name,
+        "user_id": token.session.user_id,
+        "session_id": token.session.session_id,
+        "invocation_id": token.invocation.invocation_id,
+        "function_call_id": token.function_call_id,
+        "tool_name": token.tool_name,
+        "capabilities": list(token.capabilities),
+        "created_at": token.created_at,
+        "expires_at": token.expires_at,
+        "revoked_at": token.revoked_at,
+    }
