@@ -287,6 +287,12 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
         row.function_calls = len(calls)
         row.input_tokens, row.output_tokens = generation.input_tokens, generation.output_tokens
         row.cached_tokens = generation.cached_tokens
+        # The turn is complete: the append queued an automatic compaction check if due.
+        queued = (
+            Checkpoint.objects.filter(session=session, status__in=("pending", "running"))
+            .values_list("id", flat=True)
+            .first()
+        )
         # 5. Ingestion.
         ingestion = _ingest(app, user_id, session, request.ingestion)
         if ingestion.get("job_id"):
@@ -314,6 +320,7 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
         raise
     _finish(row, started, Invocation.COMPLETED, "")
     response = _response(row, generation.parts, cache, ingestion, built.accounting)
+    response["compaction"]["queued_id"] = str(queued) if queued else None
     logger.info(
         "invocation",
         extra={
@@ -496,7 +503,8 @@ def _response(row: Invocation, parts, cache: dict, ingestion: dict, accounting: 
         },
         "cache": cache,
         "compaction": {
-            "pre_request_id": str(row.pre_compaction_id) if row.pre_compaction_id else None
+            "pre_request_id": str(row.pre_compaction_id) if row.pre_compaction_id else None,
+            "queued_id": None,
         },
         "ingestion": ingestion,
         "context": {

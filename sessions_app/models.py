@@ -324,6 +324,8 @@ class ToolToken(models.Model):
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="tool_tokens")
     invocation = models.ForeignKey(Invocation, on_delete=models.CASCADE, related_name="tool_tokens")
     function_call_id = models.CharField(max_length=128)
+    # The seq of the event holding the call: its answer can only come after it.
+    call_seq = models.BigIntegerField()
     tool_name = models.CharField(max_length=256)
     capabilities = ArrayField(
         models.CharField(max_length=32, choices=[(c, c) for c in CAPABILITIES])
@@ -338,12 +340,7 @@ class ToolToken(models.Model):
 
     class Meta:
         indexes = [
-            models.Index(
-                fields=["session", "function_call_id"],
-                condition=models.Q(revoked_at__isnull=True),
-                name="tooltoken_open_calls",
-            ),
-            models.Index(fields=["expires_at"], name="tooltoken_expiry"),
+            models.Index(fields=["invocation", "expires_at"], name="tooltoken_invocation"),
         ]
 
     def __str__(self) -> str:

@@ -146,24 +146,6 @@ def append_events(
         if "event_unique_id" not in str(exc):
             raise
         result = _append_once(app, user_id, session_id, events, expected_revision)
-    answered = [
-        part["function_response"]["id"]
-        for event in events
-        if not event.get("partial") and event.get("content")
-        for part in event["content"].get("parts", [])
-        if "function_response" in part
-    ]
-    if answered and result.created:
-        # A tool's token stops working once its function response is in the session.
-        from sessions_app import tool_tokens
-
-        session_pk = (
-            Session.objects.filter(app=app, user_id=user_id, session_id=session_id)
-            .values_list("pk", flat=True)
-            .first()
-        )
-        if session_pk is not None:
-            tool_tokens.revoke_answered(session_pk, answered)
     if result.created and any(compaction.completes_invocation(e) for e in events):
         # The events are stored (committed, or in the caller's transaction): what receivers
         # write joins that transaction.

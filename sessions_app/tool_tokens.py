@@ -3,7 +3,8 @@
 A token reads ``ctt_<prefix>_<secret>`` (shown once; its SHA-256 digest is stored). It is
 bound to (app, user, session, invocation, function call), carries ``identity`` and the
 capabilities asked for, and stops working when it expires, on ``DELETE``, or as soon as the
-function response of its call is appended to the session.
+function response of its call is in the session: every use checks the events after the
+call's (an index range), so the append path pays nothing for tokens.
 """
 
 from __future__ import annotations
@@ -42,16 +43,17 @@ def _generate() -> tuple[str, str]:
     return prefix, f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
 
 
-def _model_calls(session: Session, invocation: Invocation) -> list[dict]:
+def _model_calls(session: Session, invocation: Invocation) -> list[tuple[dict, int]]:
+    """The function calls the model made in the invocation, with the seq of their event."""
     from sessions_app.models import Event
 
     calls = []
-    for content in Event.objects.filter(
+    for content, seq in Event.objects.filter(
         session=session, event_id__in=invocation.output_event_ids
-    ).values_list("content", flat=True):
+    ).values_list("content", "seq"):
         for part in (content or {}).get("parts", []):
             if "function_call" in part:
-                calls.append(part["function_call"])
+                calls.append((part["function_call"], seq))
     return calls
 
 
@@ -74,10 +76,10 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
     invocation = Invocation.objects.filter(session=session, invocation_id=invocation_id).first()
     if invocation is None or invocation.status != Invocation.COMPLETED:
         raise not_found()
-    calls = [c for c in _model_calls(session, invocation) if c.get("name") == tool_name]
+    calls = [(c, seq) for c, seq in _model_calls(session, invocation) if c.get("name") == tool_name]
     wanted = body.get("function_call_id")
     if wanted is not None:
-        calls = [c for c in calls if c.get("id") == wanted]
+        calls = [(c, seq) for c, seq in calls if c.get("id") == wanted]
     if not calls:
         raise ApiError(
             "no_such_function_call",
@@ -85,8 +87,8 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
             status_code=422,
             details={"field": "function_call_id" if wanted is not None else "tool_name"},
         )
-    answered = _answered(session, [calls[0]["id"]])
-    if answered:
+    call, call_seq = calls[0]
+    if answered(session.pk, call["id"], call_seq):
         raise ApiError(
             "function_call_answered",
             "The function response of this call is already stored.",
@@ -106,7 +108,8 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
         app=app,
         session=session,
         invocation=invocation,
-        function_call_id=calls[0]["id"],
+        function_call_id=call["id"],
+        call_seq=call_seq,
         tool_name=tool_name,
         capabilities=sorted({"identity", *capabilities}),
         prefix=prefix,
@@ -116,11 +119,14 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
     return token, raw
 
 
-def _answered(session: Session, call_ids: list[str]) -> bool:
+def answered(session_pk: int, call_id: str, call_seq: int) -> bool:
+    """Whether the call's function response is in the session (it can only follow the call,
+    so only the events after it are read, through the (session, seq) index)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT 1 FROM sessions_app_event WHERE session_id = %s AND response_ids && %s LIMIT 1",
-            [session.pk, call_ids],
+            "SELECT 1 FROM sessions_app_event WHERE session_id = %s AND seq > %s "
+            "AND response_ids && %s LIMIT 1",
+            [session_pk, call_seq, [call_id]],
         )
         return cursor.fetchone() is not None
 
@@ -142,15 +148,6 @@ def revoke(app: App, session: Session, invocation_id: str, prefix: str) -> None:
         raise not_found()
 
 
-def revoke_answered(session_pk: int, call_ids: list[str]) -> int:
-    """Revoke the open tokens of calls whose function responses were just appended."""
-    if not call_ids:
-        return 0
-    return ToolToken.objects.filter(
-        session_id=session_pk, function_call_id__in=call_ids, revoked_at__isnull=True
-    ).update(revoked_at=timezone.now(), revoked_reason="answered")
-
-
 def authenticate(raw: str) -> ToolToken | None:
     """The live token for ``raw`` (with its app and session), or None."""
     prefix = parse_token(raw)
@@ -163,6 +160,12 @@ def authenticate(raw: str) -> ToolToken | None:
         or token.revoked_at is not None
         or token.expires_at <= timezone.now()
     ):
+        return None
+    if answered(token.session_id, token.function_call_id, token.call_seq):
+        # The tool's answer is in: the token stops working (recorded once, by the first use).
+        ToolToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now(), revoked_reason="answered"
+        )
         return None
     ToolToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     return token

@@ -87,6 +87,8 @@ def test_an_invocation_stores_the_turn_and_answers_with_accounting(acme, request
     check("Invocation", data)
     assert data["content"]["parts"][0]["text"].startswith("Noted (11 characters")
     assert data["function_calls"] == [] and data["cache"] == {"status": "off"}
+    # A first short turn is far from every trigger: no automatic check was queued.
+    assert data["compaction"] == {"pre_request_id": None, "queued_id": None}
     assert data["usage"]["input_tokens"] > 0
     assert data["event_ids"] == {"input": "inv-1.input", "output": ["inv-1.model"]}
     events = list(Event.objects.order_by("seq").values_list("event_id", "author"))
@@ -254,7 +256,65 @@ def test_gemini_invocations_reuse_the_cache_without_resending_instructions(
         assert gemini.creates == 1 and gemini.problems == []
 
 
-def test_provider_failures_map_to_clear_errors_and_keep_the_input(acme, settings, monkeypatch):
+@pytest.mark.parametrize("kind", ["gemini", "openai_compatible", "anthropic"])
+def test_a_function_call_round_trip_over_each_wire_format(acme, settings, monkeypatch, kind):
+    from ctxadmin.testing.fake_providers import FakeProvider
+
+    with FakeProvider(kind) as provider:
+        settings.CTXADMIN_PROVIDERS = {
+            "llm": {"kind": kind, "base_url": provider.base_url, "api_key_env": "LLM_KEY"}
+        }
+        monkeypatch.setenv("LLM_KEY", provider.api_key)
+        provider.script(
+            provider.function_call("lookup_booking", {"ref": "A1"}, call_id="call-1"),
+            provider.success("Your booking A1 is confirmed."),
+        )
+        agent = {
+            "provider": "llm",
+            "model": "model-x",
+            "instructions": "Be brief.",
+            "declarations": [
+                {"name": "lookup_booking", "parameters": {"type": "object"}},
+            ],
+        }
+        first = _invoke(acme, _body("inv-1", "Where is my booking?", agent=agent)).json()
+        call = first["function_calls"][0]
+        assert (call["name"], call["args"], call["id"]) == (
+            "lookup_booking",
+            {"ref": "A1"},
+            "call-1",
+        )
+        answer = {
+            "role": "user",
+            "parts": [
+                {
+                    "function_response": {
+                        "id": "call-1",
+                        "name": "lookup_booking",
+                        "response": {"status": "confirmed"},
+                    }
+                }
+            ],
+        }
+        second = _invoke(acme, {**_body("inv-2", "", agent=agent), "input": answer})
+        assert second.status_code == 201, second.content
+        assert second.json()["content"]["parts"] == [{"text": "Your booking A1 is confirmed."}]
+        assert provider.problems == []
+        sent = provider.requests[-1].json
+        assert "lookup_booking" in str(sent) and "confirmed" in str(sent)
+
+
+@pytest.mark.parametrize(
+    ("reply", "status", "code"),
+    [
+        ("rate", 429, "provider_rate_limited"),
+        ("down", 503, "provider_unavailable"),
+        ("slow", 504, "provider_timeout"),
+    ],
+)
+def test_provider_failures_map_to_clear_errors_and_keep_the_input(
+    acme, settings, monkeypatch, reply, status, code
+):
     from ctxadmin.testing.fake_providers import FakeProvider
 
     with FakeProvider("gemini") as provider:
@@ -262,12 +322,24 @@ def test_provider_failures_map_to_clear_errors_and_keep_the_input(acme, settings
             "gem": {"kind": "gemini", "base_url": provider.base_url, "api_key_env": "GEM_KEY"}
         }
         monkeypatch.setenv("GEM_KEY", provider.api_key)
-        provider.script(provider.error(429, "slow down: secret prompt", retry_after="7"))
+        provider.script(
+            {
+                "rate": provider.error(429, "slow down: secret prompt", retry_after="7"),
+                "down": provider.error(500, "internal: secret prompt"),
+                "slow": provider.success("late", delay_s=3),
+            }[reply]
+        )
         agent = {"provider": "gem", "model": "gemini-2.5-flash"}
-        answer = _invoke(acme, _body("inv-1", "Private question", agent=agent))
-        assert answer.status_code == 429
-        assert answer.json()["error"]["code"] == "provider_rate_limited"
-        assert answer["Retry-After"] == "8"
+        body = _body("inv-1", "Private question", agent=agent, deadline_ms=1000)
+        answer = _invoke(acme, body)
+        assert answer.status_code == status, answer.content
+        assert answer.json()["error"]["code"] == code
+        if reply == "rate":
+            assert answer["Retry-After"] == "8"
         assert "Private question" not in answer.content.decode()
+        assert "secret prompt" not in answer.content.decode()
         assert Event.objects.filter(event_id="inv-1.input").exists()
         assert Invocation.objects.get().status == "failed"
+        again = _invoke(acme, body)
+        assert again.status_code == 409
+        assert again.json()["error"]["code"] == "invocation_failed"

@@ -434,7 +434,15 @@ COMPONENTS.update(
                 ),
                 "cache": _OBJECT,
                 "compaction": _strict(
-                    {"pre_request_id": {"type": "string", "format": "uuid", "nullable": True}}
+                    {
+                        "pre_request_id": {"type": "string", "format": "uuid", "nullable": True},
+                        "queued_id": {
+                            "type": "string",
+                            "format": "uuid",
+                            "nullable": True,
+                            "description": "the automatic compaction check this turn queued",
+                        },
+                    }
                 ),
                 "ingestion": _OBJECT,
                 "context": _strict(
