@@ -57,7 +57,10 @@ class CacheEntryAdmin(_ReadOnly):
     list_display = [
         "id",
         "app",
+        "scope_fingerprint",
         "state",
+        "hits",
+        "last_hit_at",
         "ttl_ms",
         "generation",
         "prefix_tokens",
@@ -79,6 +82,31 @@ class CacheEntryAdmin(_ReadOnly):
         "delete_due_at",
     ]
     list_filter = ["app", "state"]
+    list_select_related = ["app", "scope"]
+    actions = ["invalidate_scopes"]
 
     def get_queryset(self, request):
         return super().get_queryset(request).defer("resource")
+
+    @admin.display(description="scope fingerprint")
+    def scope_fingerprint(self, obj):
+        return obj.scope.fingerprint
+
+    def has_invalidate_permission(self, request) -> bool:
+        return request.user.has_perm("caching.invalidate_cachescope")
+
+    @admin.action(
+        description="Invalidate these entries' scopes (leases expire; provider deletes queued)",
+        permissions=["invalidate"],
+    )
+    def invalidate_scopes(self, request, queryset):
+        from caching import registry
+
+        scopes = {entry.scope for entry in queryset.select_related("scope__app")}
+        entries = sum(
+            registry.invalidate(scope.app, scope.fingerprint)["entries_invalidated"]
+            for scope in scopes
+        )
+        self.message_user(
+            request, f"{len(scopes)} scope(s) invalidated; {entries} entries to delete."
+        )

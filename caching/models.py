@@ -77,6 +77,9 @@ class CacheEntry(models.Model):
     # When a ``creating`` row whose creator has not reported is presumed dead.
     create_lease_until = models.DateTimeField(null=True, blank=True)
     waiters = models.IntegerField(default=0)
+    # Acquires answered with this entry (its create not included), and the latest one.
+    hits = models.BigIntegerField(default=0)
+    last_hit_at = models.DateTimeField(null=True, blank=True)
     resource = models.TextField(blank=True, editable=False)  # encrypted; never shown
     prefix_tokens = models.IntegerField(default=0)
     cached_tokens = models.IntegerField(null=True, blank=True)

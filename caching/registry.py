@@ -232,11 +232,11 @@ ON CONFLICT (app_id, fingerprint) DO NOTHING
 _INSERT_ENTRY_SQL = """
 INSERT INTO caching_cacheentry
   (id, app_id, scope_id, key, prefix_fingerprint, ttl_ms, generation, state, creator,
-   deadline, create_lease_until, waiters, resource, prefix_tokens, created_at, error_code,
+   deadline, create_lease_until, waiters, hits, resource, prefix_tokens, created_at, error_code,
    delete_reason, delete_attempts)
 SELECT %s, %s, s.id, %s, %s, %s, s.generation, 'creating', %s,
        now() + make_interval(secs => %s / 1000.0),
-       now() + make_interval(secs => %s / 1000.0), 0, '', %s, now(), '', '', 0
+       now() + make_interval(secs => %s / 1000.0), 0, 0, '', %s, now(), '', '', 0
 FROM caching_cachescope s WHERE s.id = %s
 ON CONFLICT (key) WHERE state IN ('creating', 'active') DO NOTHING
 RETURNING generation
@@ -303,6 +303,12 @@ def acquire(app: App, request: AcquireRequest, *, deadline: float | None = None)
         scope_id, scope_generation, entry_id, state, generation, expires_at, fresh, tokens = row
         if state == "active":
             if fresh and generation == scope_generation:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "UPDATE caching_cacheentry SET hits = hits + 1, last_hit_at = now() "
+                        "WHERE id = %s",
+                        [entry_id],
+                    )
                 outcome.status = "hit"
                 outcome.waited = waited
                 outcome.lease = _lease(app, entry_id, generation)
@@ -623,10 +629,10 @@ def _install(entry_id: uuid.UUID, token: str, created: CreatedResource) -> str:
             # row so it is deleted all the same.
             cursor.execute(
                 "INSERT INTO caching_cacheentry (id, app_id, scope_id, key, prefix_fingerprint, "
-                "ttl_ms, generation, state, creator, waiters, resource, prefix_tokens, "
+                "ttl_ms, generation, state, creator, waiters, hits, resource, prefix_tokens, "
                 "cached_tokens, created_at, error_code, delete_reason, delete_due_at, "
                 "delete_attempts) SELECT %s, app_id, scope_id, key, prefix_fingerprint, ttl_ms, "
-                "generation, 'deleting', '', 0, %s, prefix_tokens, %s, now(), '', 'orphan', "
+                "generation, 'deleting', '', 0, 0, %s, prefix_tokens, %s, now(), '', 'orphan', "
                 "now(), 0 FROM caching_cacheentry WHERE id = %s",
                 [uuid.uuid4(), sealed, created.cached_tokens, entry_id],
             )
@@ -801,6 +807,7 @@ def scope_status(app: App, fingerprint: str) -> dict:
             "prefix_tokens",
             "cached_tokens",
             "waiters",
+            "hits",
             "created_at",
             "expires_at",
         )[:MAX_STATUS_ENTRIES]

@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 
-from ctxadmin.models import SCOPES, ApiKey, App
+from ctxadmin.models import SCOPES, ApiKey, App, AuditLog
 from ctxadmin.services import create_api_key, revoke_api_keys
 
 admin.site.site_header = "ctxadmin"
@@ -134,3 +134,17 @@ class ApiKeyAdmin(admin.ModelAdmin):
     @admin.display(description="state", ordering="revoked_at")
     def state(self, obj):
         return "active" if obj.revoked_at is None else "revoked"
+
+
+@admin.register(AuditLog)
+class AuditLogAdmin(MachineOwnedAdmin):
+    """Every console page view that showed conversation content: who, what, when."""
+
+    list_display = ["created_at", "username", "action", "object_type", "object_id", "app"]
+    fields = list_display
+    readonly_fields = fields
+    list_select_related = ["app"]
+    # Filters and the search lead their indexes (username; object type and id).
+    list_filter = ["object_type"]
+    search_fields = ["=username", "=object_id"]
+    ordering = ["-created_at"]

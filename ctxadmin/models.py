@@ -103,3 +103,33 @@ class WorkerProbe(models.Model):
 
     def __str__(self) -> str:
         return str(self.pk)
+
+
+class AuditLog(models.Model):
+    """Who saw conversation content in the console, what and when. Only operators holding
+    ``ctxadmin.view_content`` see content at all, on a detail page, and every such page
+    view writes one row here first."""
+
+    VIEW_CONTENT = "view_content"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    username = models.CharField(max_length=150)  # kept when the account is deleted
+    action = models.CharField(max_length=32, choices=[(VIEW_CONTENT, VIEW_CONTENT)])
+    object_type = models.CharField(max_length=100)  # app_label.model
+    object_id = models.CharField(max_length=64)
+    app = models.ForeignKey(App, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["-created_at"], name="auditlog_created"),
+            models.Index(fields=["username", "-created_at"], name="auditlog_user"),
+            models.Index(fields=["object_type", "object_id"], name="auditlog_object"),
+        ]
+        permissions = [("view_content", "Can view conversation content (audit-logged)")]
+
+    def __str__(self) -> str:
+        return f"{self.username} {self.action} {self.object_type}:{self.object_id}"

@@ -5,10 +5,12 @@ import uuid
 from django.contrib import admin
 from django.core.exceptions import ImproperlyConfigured
 from django.core.paginator import Paginator
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q
+from django.db.models.expressions import RawSQL
 from django.utils.functional import cached_property
 
 from ctxadmin.admin import MachineOwnedAdmin
+from ctxadmin.content import ContentAdminMixin, render
 from memory import services
 from memory.embeddings import embedder_from_settings
 from memory.governance import scope_fingerprint
@@ -109,9 +111,15 @@ class EmbeddingModelFilter(admin.SimpleListFilter):
 
 
 @admin.register(MemoryEntry)
-class MemoryEntryAdmin(_ReadOnly):
+class MemoryEntryAdmin(ContentAdminMixin, _ReadOnly):
     """Memories by their ids and numbers: never the content, its lexical index or vector,
-    the metadata or the client's idempotency key (none of them is even read)."""
+    the metadata's values or the client's idempotency key (none of them is even read) —
+    except for operators holding ``ctxadmin.view_content``, who see the text and metadata
+    on the detail page, audit-logged. Operators holding ``memory.erase_memoryentry`` may
+    erase entries (each with an erasure receipt, as through the API)."""
+
+    content_fields = ("memory_content",)
+    actions = ["erase_entries"]
 
     list_display = [
         "id",
@@ -124,6 +132,7 @@ class MemoryEntryAdmin(_ReadOnly):
         "created_at",
         "expires_at",
         "retain_until",
+        "legal_hold",
     ]
     list_filter = ["app", EmbeddedFilter, EmbeddingModelFilter]
     # The primary key is the one index that serves an unfiltered ORDER BY … LIMIT here.
@@ -137,6 +146,7 @@ class MemoryEntryAdmin(_ReadOnly):
         "scope",
         "content_bytes",
         "content_sha256",
+        "metadata_keys",
         "embedding_model",
         "embedded",
         "embed_failures",
@@ -147,18 +157,61 @@ class MemoryEntryAdmin(_ReadOnly):
         "updated_at",
         "expires_at",
         "retain_until",
+        "legal_hold",
     ]
 
     def get_queryset(self, request):
+        computed = ("scope", "embedded", "metadata_keys", "legal_hold")
         return (
             super()
             .get_queryset(request)
             # The page's own columns only: never content, metadata, key, tsvector, vector.
-            .only(*(name for name in self.fields if name not in ("scope", "embedded")))
+            .only(*(name for name in self.fields if name not in computed))
             .annotate(
-                _embedded=ExpressionWrapper(Q(embedding__isnull=False), output_field=BooleanField())
+                _embedded=ExpressionWrapper(
+                    Q(embedding__isnull=False), output_field=BooleanField()
+                ),
+                # The names of the metadata's keys, never their values.
+                _metadata_keys=RawSQL(
+                    "ARRAY(SELECT jsonb_object_keys(memory_memoryentry.metadata) ORDER BY 1)", []
+                ),
+                _legal_hold=Exists(
+                    LegalHold.objects.filter(app_id=OuterRef("app_id"), user_id=OuterRef("user_id"))
+                ),
             )
         )
+
+    @admin.display(description="metadata keys")
+    def metadata_keys(self, obj):
+        return ", ".join(obj._metadata_keys) or "-"
+
+    @admin.display(description="legal hold", boolean=True)
+    def legal_hold(self, obj):
+        return obj._legal_hold
+
+    @admin.display(description="text and metadata (content)")
+    def memory_content(self, obj):
+        content, metadata = (
+            MemoryEntry.objects.filter(pk=obj.pk).values_list("content", "metadata").first()
+        )
+        return render({"content": content, "metadata": metadata})
+
+    def has_erase_permission(self, request) -> bool:
+        return request.user.has_perm("memory.erase_memoryentry")
+
+    @admin.action(description="Erase entries (with erasure receipts)", permissions=["erase"])
+    def erase_entries(self, request, queryset):
+        from ctxadmin.api.errors import ApiError
+        from memory import erasure
+
+        erased, refused = 0, 0
+        for entry in queryset.select_related("app"):
+            try:
+                erasure.erase_entry(entry.app, entry.user_id, str(entry.pk), "console")
+                erased += 1
+            except ApiError:  # a legal hold, a retention period, or already gone
+                refused += 1
+        self.message_user(request, f"{erased} entries erased; {refused} refused.")
 
     def get_search_results(self, request, queryset, search_term):
         # An exact id only: nothing a client wrote is searchable here.

@@ -49,6 +49,7 @@ class MemoryEntry(models.Model):
 
     class Meta:
         verbose_name_plural = "memory entries"
+        permissions = [("erase_memoryentry", "Can erase memory entries (with receipts)")]
         constraints = [
             models.UniqueConstraint(
                 fields=["app", "user_id", "idempotency_key"],

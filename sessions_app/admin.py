@@ -3,16 +3,18 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
-from django.db.models import F
+from django.db.models import F, OuterRef, Subquery
 from django.urls import reverse
 from django.utils.html import format_html
 
 from ctxadmin.admin import MachineOwnedAdmin
+from ctxadmin.content import ContentAdminMixin, render
 from sessions_app.compaction.policy import TRIGGERS
 from sessions_app.models import (
     AppCompactionPolicy,
     Checkpoint,
     CompactionState,
+    Event,
     Invocation,
     Session,
     ToolToken,
@@ -31,6 +33,7 @@ class SessionAdmin(admin.ModelAdmin):
         "total_bytes",
         "token_estimate",
         "revision",
+        "active_checkpoint",
         "updated_at",
     ]
     list_select_related = ["app"]
@@ -45,11 +48,21 @@ class SessionAdmin(admin.ModelAdmin):
         "event_count",
         "total_bytes",
         "token_estimate",
+        "active_checkpoint",
         "created_at",
         "updated_at",
     ]
     readonly_fields = fields
     show_full_result_count = False
+
+    def get_queryset(self, request):
+        # The checkpoint_active partial unique index answers the subquery per row.
+        active = Checkpoint.objects.filter(session=OuterRef("pk"), status="active").values("id")
+        return super().get_queryset(request).defer("state").annotate(_active=Subquery(active[:1]))
+
+    @admin.display(description="active checkpoint")
+    def active_checkpoint(self, obj):
+        return _checkpoint_link(obj._active)
 
     def has_add_permission(self, request):
         return False
@@ -88,8 +101,11 @@ def _session_ids(session_pk: int, user_id: str, session_id: str, app_id: int) ->
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(MachineOwnedAdmin):
-    """Compactions by their ids, ranges and numbers: never the summary or its items."""
+class CheckpointAdmin(ContentAdminMixin, MachineOwnedAdmin):
+    """Compactions by their ids, ranges and numbers. The summary and its items are shown
+    only to operators holding ``ctxadmin.view_content``, on this detail page, audit-logged."""
+
+    content_fields = ("summary_content",)
 
     list_display = [
         "id",
@@ -102,6 +118,7 @@ class CheckpointAdmin(MachineOwnedAdmin):
         "last_seq",
         "tokens_before",
         "tokens_after",
+        "savings",
         "duration_ms",
         "reason",
         "created_at",
@@ -164,6 +181,23 @@ class CheckpointAdmin(MachineOwnedAdmin):
     @admin.display(description="session", ordering="session_id")
     def session_ref(self, obj):
         return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
+
+    @admin.display(description="savings")
+    def savings(self, obj):
+        if not obj.tokens_before or obj.status not in ("active", "superseded"):
+            return "-"
+        saved = obj.tokens_before - obj.tokens_after
+        return f"{saved} tokens ({100 * saved / obj.tokens_before:.0f}%)"
+
+    @admin.display(description="summary and items (content)")
+    def summary_content(self, obj):
+        summary, items = (
+            Checkpoint.objects.filter(pk=obj.pk).values_list("summary", "items_json").first()
+        )
+        return render({"summary": summary, "items": json.loads(items) if items else []})
+
+    def content_app_id(self, obj):
+        return obj._app_id
 
     @admin.display(description="parent")
     def parent_ref(self, obj):
@@ -305,3 +339,59 @@ class ToolTokenAdmin(MachineOwnedAdmin):
     list_filter = ["app", "revoked_reason"]
     list_select_related = ["app"]
     ordering = ["-created_at"]
+
+
+@admin.register(Event)
+class EventAdmin(ContentAdminMixin, MachineOwnedAdmin):
+    """Events by their metadata: ids, author, kinds, sizes, times. The content, actions and
+    metadata are shown only to operators holding ``ctxadmin.view_content``, on this detail
+    page, audit-logged."""
+
+    content_fields = ("event_content",)
+    list_display = [
+        "id",
+        "session_ref",
+        "seq",
+        "event_id",
+        "invocation_id",
+        "author",
+        "kinds",
+        "byte_size",
+        "token_estimate",
+        "timestamp",
+    ]
+    fields = [*list_display, "turn_complete", "content_hash", "created_at"]
+    readonly_fields = fields
+    # The primary key is the one index that serves an unfiltered ORDER BY … LIMIT here.
+    ordering = ["-id"]
+    sortable_by = ()
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .defer("content", "actions", "usage_metadata", "custom_metadata", "context_json")
+            .annotate(
+                _app_id=F("session__app_id"),
+                _user_id=F("session__user_id"),
+                _session_id=F("session__session_id"),
+            )
+        )
+
+    @admin.display(description="session")
+    def session_ref(self, obj):
+        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
+
+    @admin.display(description="content, actions and metadata (content)")
+    def event_content(self, obj):
+        content, actions, usage, custom = (
+            Event.objects.filter(pk=obj.pk)
+            .values_list("content", "actions", "usage_metadata", "custom_metadata")
+            .first()
+        )
+        return render(
+            {"content": content, "actions": actions, "usage": usage, "custom_metadata": custom}
+        )
+
+    def content_app_id(self, obj):
+        return obj._app_id

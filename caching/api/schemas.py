@@ -152,6 +152,7 @@ COMPONENTS = {
             "prefix_tokens": _COUNT,
             "cached_tokens": {"type": "integer", "nullable": True},
             "waiters": _COUNT,
+            "hits": {**_COUNT, "description": "acquires this entry answered as a hit"},
             "created_at": {"type": "string", "format": "date-time"},
             "expires_at": _TIME,
         }
