@@ -220,7 +220,7 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
     try:
         # The context: the history so far, with the input as the current input (compacted
         # first under token pressure). A budget error stores nothing.
-        built, contents, history_items = _context(session, request, deadline)
+        built, contents, history_items, policy = _context(session, request, deadline)
         row.pre_compaction_id = built.accounting.get("compaction_id")
         row.memory_hits = built.accounting.get("memory_hits", 0)
         # The input, durable before the provider is called.
@@ -292,6 +292,8 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
             Checkpoint.objects.filter(session=session, status__in=("pending", "running"))
             .values_list("id", flat=True)
             .first()
+            if policy.automatic
+            else None
         )
         # 5. Ingestion.
         ingestion = _ingest(app, user_id, session, request.ingestion)
@@ -366,7 +368,7 @@ def _context(session: Session, request: InvocationRequest, deadline: float):
     contents = [item["content"] for item in history]
     contents += [item["content"] for item in envelope["memory"]]
     contents.append(envelope["current_input"])
-    return built, contents, history
+    return built, contents, history, policy
 
 
 def _decode(raw: bytes) -> dict:

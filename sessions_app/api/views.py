@@ -116,6 +116,7 @@ class SessionsScopedView(AppScopedView):
         session = self.get_queryset().filter(session_id=sid).first()
         if session is None:
             raise services.not_found()
+        session.app = self.tenant  # known already: no query when a service reads it
         return session
 
 

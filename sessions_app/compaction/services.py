@@ -70,9 +70,9 @@ def effective_policy(session: Session) -> tuple[CompactionPolicy, str]:
     """(the policy, where it comes from: ``session``, ``app`` or ``default``)."""
     if session.compaction_policy is not None:
         return stored_policy(session.compaction_policy), "session"
-    from_app = app_policy(session.app)
-    if from_app is not None:
-        return from_app, "app"
+    row = AppCompactionPolicy.objects.filter(app_id=session.app_id).first()
+    if row is not None:
+        return stored_policy(row.policy), "app"
     return DEFAULT_POLICY, "default"
 
 
