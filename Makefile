@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test lint bench schema clean-var
+.PHONY: run test browser lint bench schema clean-var
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,9 +18,28 @@ run: $(STAMP)
 	$(BIN)/python manage.py run
 
 ## Install what is needed, start what is needed, run every test.
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# The browser test drives Debian's chromium through its chromedriver. As root with apt-get,
+# install them when missing (updating the package lists only if the first try fails);
+# otherwise say so: that test then fails, naming what is missing.
+CHROMIUM_PACKAGES := chromium chromium-driver
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing $(CHROMIUM_PACKAGES) for the browser test"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -qq --no-install-recommends $(CHROMIUM_PACKAGES) >/dev/null 2>&1 \
+	    || { apt-get update -qq && \
+	         apt-get install -y -qq --no-install-recommends $(CHROMIUM_PACKAGES) >/dev/null; } \
+	    || echo "Could not install $(CHROMIUM_PACKAGES): the browser test will fail"; \
+	  else \
+	    echo "No /usr/bin/chromium or /usr/bin/chromedriver, and no root apt-get to install" \
+	         "them: the browser test will fail (install $(CHROMIUM_PACKAGES))"; \
+	  fi; \
+	fi
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,local,bench]'

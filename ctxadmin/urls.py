@@ -4,14 +4,25 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from ctxadmin import health
 from ctxadmin.api.errors import error_response
+from ctxadmin.dashboard import views as dashboard
 
 urlpatterns = [
     path("api/v1/", include("ctxadmin.api.urls")),
+    path("dev/v1/", include("ctxadmin.diagnostics.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
+    # Before the admin's own URLs; admin_view lets only active staff in (others: the login).
+    path(
+        "admin/dashboard/", admin.site.admin_view(dashboard.dashboard_page), name="admin-dashboard"
+    ),
+    path(
+        "admin/dashboard/data.json",
+        admin.site.admin_view(dashboard.dashboard_data),
+        name="admin-dashboard-data",
+    ),
     path("admin/", admin.site.urls),
 ]
 

@@ -341,3 +341,22 @@ class OutboxRows(models.Model):
 
     def __str__(self) -> str:
         return f"{self.total} outbox rows"
+
+
+class SearchCount(models.Model):
+    """Memory searches per app and hour (the API's and the context builder's), for the
+    console: one upsert per search. Rows older than ``SEARCH_COUNT_RETENTION_DAYS`` are
+    deleted by ``memory.purge_expired``."""
+
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    hour = models.DateTimeField()
+    searches = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["app", "hour"], name="memory_searchcount_app_hour"),
+        ]
+        indexes = [models.Index(fields=["hour"], name="memory_searchcount_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.app_id} {self.hour:%Y-%m-%d %H}:00"

@@ -802,6 +802,30 @@ def _lexical_then_vector(app: App, user_id: str, request: SearchRequest, embedde
     ]
 
 
+SEARCH_COUNT_RETENTION_DAYS = 30
+
+
+def _count_search(app: App) -> None:
+    """One more search of the app this hour (the console's searches per app)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO memory_searchcount (app_id, hour, searches) "
+            "VALUES (%s, date_trunc('hour', now()), 1) "
+            "ON CONFLICT (app_id, hour) DO UPDATE "
+            "SET searches = memory_searchcount.searches + 1",
+            [app.pk],
+        )
+
+
+def prune_search_counts() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM memory_searchcount WHERE hour < now() - make_interval(days => %s)",
+            [SEARCH_COUNT_RETENTION_DAYS],
+        )
+        return cursor.rowcount
+
+
 def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
     """Hits in the scope (live entries only); 403 ``consent_required`` when the app's policy
     requires the user's consent and it is not granted."""
@@ -831,6 +855,7 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
     if request.min_score is not None:
         ranked = [(entry_id, score) for entry_id, score in ranked if score >= request.min_score]
     hits = _hits(app, user_id, ranked, score_type)
+    _count_search(app)
     logger.info(
         "memory_search",
         extra={

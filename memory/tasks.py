@@ -36,9 +36,11 @@ def embed_pending() -> int:
 def purge_expired() -> int:
     """Delete entries past their ``expires_at`` (already invisible to reads) in bounded
     batches; what is left waits for the next run of the beat."""
-    return in_batches(
+    purged = in_batches(
         governance.purge_expired_batch, governance.PURGE_BATCH_SIZE, MAX_PURGE_BATCHES_PER_RUN
     )
+    services.prune_search_counts()  # hourly rows past their retention: a handful at most
+    return purged
 
 
 # How long one drain run keeps claiming jobs (below the task's soft time limit); the beat and

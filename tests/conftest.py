@@ -35,6 +35,17 @@ def make_tenant(name: str, scopes=SCOPES) -> Tenant:
     return Tenant(app, raw)
 
 
+def make_operator(username: str = "op"):
+    """A staff user holding every console permission but ``ctxadmin.view_content``: what an
+    operator sees without seeing conversation content."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user(username, password="op-pass-123456", is_staff=True)
+    user.user_permissions.add(*Permission.objects.exclude(codename="view_content"))
+    return get_user_model().objects.get(pk=user.pk)
+
+
 @pytest.fixture
 def owner(db) -> Tenant:
     """App ``acme`` with a key holding every scope."""

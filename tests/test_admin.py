@@ -7,10 +7,10 @@ import json
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth import get_user_model
 from django.test import RequestFactory
 
 from sessions_app.models import AppCompactionPolicy, Checkpoint, CompactionState
+from tests.conftest import make_operator
 from tests.sessions_helpers import sessions_url, text
 
 SESSION = f"{sessions_url('acme')}/s"
@@ -21,7 +21,8 @@ CHECKPOINTS = "/admin/sessions_app/checkpoint/"
 
 @pytest.fixture
 def operator(db, client):
-    user = get_user_model().objects.create_superuser("op", password="op-pass-123456")
+    # Every permission but ctxadmin.view_content: the pages must show no content.
+    user = make_operator()
     client.force_login(user)
     client.user = user
     return client

@@ -343,3 +343,47 @@ def test_provider_failures_map_to_clear_errors_and_keep_the_input(
         again = _invoke(acme, body)
         assert again.status_code == 409
         assert again.json()["error"]["code"] == "invocation_failed"
+
+
+def test_over_the_gemini_wire_compaction_and_memory_reach_the_provider_request(
+    acme, settings, monkeypatch
+):
+    """With a Gemini connection: memory preload and the summary that replaced old turns are
+    in the generateContent request the provider receives; no other user's fact is."""
+    from ctxadmin.testing.fake_providers import FakeProvider
+
+    api = acme.client()
+    for user, fact in (("alice", "Alice prefers aisle seats"), ("bob", "Bob prefers window seats")):
+        api.post(f"/api/v1/apps/acme/users/{user}/memories", {"content": fact}, format="json")
+    api.put(
+        "/api/v1/apps/acme/users/alice/sessions/s1/compaction-policy",
+        {"token_threshold": 1500, "retain_recent_exchanges": 1, "min_reclaim_tokens": 1},
+        format="json",
+    )
+    with FakeProvider("gemini") as provider:
+        settings.CTXADMIN_PROVIDERS = {
+            "gem": {"kind": "gemini", "base_url": provider.base_url, "api_key_env": "GEM_KEY"}
+        }
+        monkeypatch.setenv("GEM_KEY", provider.api_key)
+        agent = {"provider": "gem", "model": "gemini-2.5-flash", "instructions": "Be brief."}
+        filler = " ".join(["the itinerary details are long and repetitive"] * 12)
+        compacted = None
+        for n in range(14):
+            body = _body(
+                f"inv-{n}",
+                f"Turn {n}: which seats do I prefer? Code ZX{n:03d}. {filler}",
+                agent=agent,
+                memory_retrieval={"mode": "lexical"},
+            )
+            answer = _invoke(acme, body)
+            assert answer.status_code == 201, answer.content
+            compacted = compacted or answer.json()["compaction"]["pre_request_id"]
+        assert compacted
+        assert provider.problems == []
+        sent = provider.requests[-1].json
+        texts = [p.get("text", "") for c in sent["contents"] for p in c["parts"]]
+        first = f"Turn 0: which seats do I prefer? Code ZX000. {filler}"
+        assert first not in texts and any("ZX000" in t for t in texts)
+        assert any("Alice prefers aisle seats" in t for t in texts)
+        assert not any("Bob prefers" in t for t in texts)
+        assert sent["systemInstruction"] == {"parts": [{"text": "Be brief."}]}

@@ -1,0 +1,156 @@
+"""A tenant full of things diagnostics must never show: a session whose events, state and
+checkpoint carry distinctive text and a credential, memories with distinctive text, a
+prefix-cache entry with a known provider resource name, and an ingestion job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from caching import registry
+from caching.providers import fake_adapter
+from tests.cache_helpers import PREFIX_MARKER, acquire, body, scope
+from tests.conftest import Tenant, make_tenant
+from tests.sessions_helpers import call, response, sessions_url, text
+
+MARK = "zebra-quartz-diag"
+SECRET = "sk-live-SECRET123"
+MEMORY_TEXT = f"{MARK} memory: the user hikes on Sundays"
+MODEL = "gemini-2.5-flash"
+USER = "alice"
+SID = "s-1"
+
+
+@dataclass
+class World:
+    owner: Tenant
+    outsider: Tenant
+    checkpoint_id: str
+    memory_ids: list[str]
+    job_id: str
+    lease: str
+    resource_name: str
+    scope_fingerprint: str
+
+    def forbidden(self) -> list[str]:
+        """Strings that must appear in no diagnostics output."""
+        return [MARK, SECRET, MEMORY_TEXT, PREFIX_MARKER, self.resource_name, self.owner.key]
+
+
+@pytest.fixture
+def quiet_tasks(monkeypatch, settings):
+    """Task messages kept off the broker (the tests run what they need), and the fake
+    cache provider reset."""
+    from caching.tasks import cleanup
+    from memory.tasks import drain_outbox, embed_pending
+    from sessions_app.tasks import run_compaction
+
+    for task in (cleanup, drain_outbox, embed_pending, run_compaction):
+        monkeypatch.setattr(task, "delay_on_commit", lambda *a, **k: None)
+    settings.CTXADMIN_CACHE_FAKE_DELAY_MS = 0
+    settings.CTXADMIN_CACHE_FAKE_FAILURE = ""
+    adapter = fake_adapter()
+    adapter.reset()
+    yield adapter
+    adapter.reset()
+
+
+def _ok(result, status: int = 201) -> dict:
+    assert result.status_code == status, result.content
+    return result.json()
+
+
+def seed_session(client, app: str, user: str = USER, sid: str = SID) -> str:
+    """A session with secrets and distinctive text everywhere, compacted once; the id of
+    its active checkpoint."""
+    base = f"{sessions_url(app, user)}"
+    state = {"api_key": SECRET, "note": f"{MARK} state", "user:pref": f"{MARK} pref"}
+    _ok(client.post(base, {"session_id": sid, "state": state}, format="json"))
+    events = []
+    for turn in range(1, 6):
+        events.append(text("user", f"{MARK} question {turn} " * 10, event_id=f"u{turn}"))
+        events.append(
+            text(
+                "agent",
+                f"{MARK} answer {turn} " * 10,
+                event_id=f"m{turn}",
+                actions={"state_delta": {"progress": f"{MARK} step {turn}"}},
+            )
+        )
+    events.append(call("c1", args={"query": MARK}, event_id="call-1"))
+    events.append(response("c1", {"api_key": SECRET, "result": MARK}, event_id="resp-1"))
+    events.append(text("agent", f"{MARK} final words", event_id="last"))
+    _ok(client.post(f"{base}/{sid}/events", {"events": events}, format="json"))
+    policy = {"token_threshold": 10, "retain_recent_exchanges": 1}
+    _ok(client.put(f"{base}/{sid}/compaction-policy", policy, format="json"), 200)
+    done = _ok(client.post(f"{base}/{sid}/compactions", {}, format="json"))
+    assert done["status"] == "active", done
+    return done["compaction_id"]
+
+
+def seed_memories(client, app: str, user: str = USER) -> list[str]:
+    url = f"/api/v1/apps/{app}/users/{user}/memories"
+    ids = []
+    for n, content in enumerate([MEMORY_TEXT, f"{MARK} likes green tea"]):
+        entry = _ok(
+            client.post(
+                url,
+                {"content": content, "metadata": {"topic": f"{MARK}-{n}"}, "embed": "sync"},
+                format="json",
+            )
+        )
+        ids.append(entry["id"])
+    return ids
+
+
+def seed_job(client, app: str, user: str = USER, sid: str = SID) -> str:
+    url = f"/api/v1/apps/{app}/users/{user}/memories/ingestions"
+    return _ok(client.post(url, {"session_id": sid}, format="json"), 202)["job_id"]
+
+
+def seed_cache(tenant: Tenant, user: str = USER) -> registry.Outcome:
+    outcome = acquire(tenant.app, body(scope(user, model=MODEL)))
+    assert outcome.status == "created", outcome
+    return outcome
+
+
+def build_world() -> World:
+    """Needs ``django_db(transaction=True)`` (a cache create runs outside any transaction)
+    and ``quiet_tasks``."""
+    owner, outsider = make_tenant("acme"), make_tenant("globex")
+    client = owner.client()
+    checkpoint_id = seed_session(client, "acme")
+    memory_ids = seed_memories(client, "acme")
+    job_id = seed_job(client, "acme")
+    outcome = seed_cache(owner)
+    resource = registry.resolve(owner.app, outcome.lease).resource_name
+    return World(
+        owner=owner,
+        outsider=outsider,
+        checkpoint_id=checkpoint_id,
+        memory_ids=memory_ids,
+        job_id=job_id,
+        lease=outcome.lease,
+        resource_name=resource,
+        scope_fingerprint=outcome.scope_fingerprint,
+    )
+
+
+def assert_seeded(world: World) -> None:
+    """The strings a leak test looks for are really stored (so not finding them means
+    something): in events, session state, the checkpoint, memory and the cache."""
+    from django.db import connection
+
+    checks = [
+        ("SELECT count(*) FROM sessions_app_event WHERE content::text LIKE %s", MARK),
+        ("SELECT count(*) FROM sessions_app_event WHERE content::text LIKE %s", SECRET),
+        ("SELECT count(*) FROM sessions_app_session WHERE state::text LIKE %s", SECRET),
+        ("SELECT count(*) FROM sessions_app_checkpoint WHERE items_json LIKE %s", MARK),
+        ("SELECT count(*) FROM memory_memoryentry WHERE content LIKE %s", MEMORY_TEXT),
+    ]
+    with connection.cursor() as cursor:
+        for sql, needle in checks:
+            cursor.execute(sql, [f"%{needle}%"])
+            assert cursor.fetchone()[0] > 0, (sql, needle)
+    assert world.resource_name in fake_adapter().resources
