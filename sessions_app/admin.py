@@ -100,8 +100,28 @@ def _session_ids(session_pk: int, user_id: str, session_id: str, app_id: int) ->
     return f"#{session_pk} (app {app_id}, user {user_id}, session {session_id})"
 
 
+class SessionRowAdmin(MachineOwnedAdmin):
+    """Rows of one session, shown by the session's ids (read with the row: no query per
+    row)."""
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _app_id=F("session__app_id"),
+                _user_id=F("session__user_id"),
+                _session_id=F("session__session_id"),
+            )
+        )
+
+    @admin.display(description="session", ordering="session_id")
+    def session_ref(self, obj):
+        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
+
+
 @admin.register(Checkpoint)
-class CheckpointAdmin(ContentAdminMixin, MachineOwnedAdmin):
+class CheckpointAdmin(ContentAdminMixin, SessionRowAdmin):
     """Compactions by their ids, ranges and numbers. The summary and its items are shown
     only to operators holding ``ctxadmin.view_content``, on this detail page, audit-logged."""
 
@@ -167,20 +187,7 @@ class CheckpointAdmin(ContentAdminMixin, MachineOwnedAdmin):
 
     def get_queryset(self, request):
         # The summary and the rendered items are conversation content: never even read.
-        return (
-            super()
-            .get_queryset(request)
-            .defer("summary", "items_json")
-            .annotate(
-                _app_id=F("session__app_id"),
-                _user_id=F("session__user_id"),
-                _session_id=F("session__session_id"),
-            )
-        )
-
-    @admin.display(description="session", ordering="session_id")
-    def session_ref(self, obj):
-        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
+        return super().get_queryset(request).defer("summary", "items_json")
 
     @admin.display(description="savings")
     def savings(self, obj):
@@ -209,7 +216,7 @@ class CheckpointAdmin(ContentAdminMixin, MachineOwnedAdmin):
 
 
 @admin.register(CompactionState)
-class CompactionStateAdmin(MachineOwnedAdmin):
+class CompactionStateAdmin(SessionRowAdmin):
     """Automatic-compaction bookkeeping per session: backoff and check counters."""
 
     list_display = [
@@ -223,21 +230,6 @@ class CompactionStateAdmin(MachineOwnedAdmin):
     ordering = ["-last_checked_at"]
     fields = list_display
     readonly_fields = fields
-
-    def get_queryset(self, request):
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                _app_id=F("session__app_id"),
-                _user_id=F("session__user_id"),
-                _session_id=F("session__session_id"),
-            )
-        )
-
-    @admin.display(description="session", ordering="session_id")
-    def session_ref(self, obj):
-        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
 
 
 @admin.register(AppCompactionPolicy)
@@ -268,7 +260,7 @@ class AppCompactionPolicyAdmin(MachineOwnedAdmin):
 
 
 @admin.register(Invocation)
-class InvocationAdmin(MachineOwnedAdmin):
+class InvocationAdmin(SessionRowAdmin):
     """Invocations by their numbers: provider, model, cache outcome, tokens, timings, error
     code. The conversation is in the session's events, which these pages never read."""
 
@@ -303,21 +295,6 @@ class InvocationAdmin(MachineOwnedAdmin):
     ordering = ["-created_at"]
     show_full_result_count = False
 
-    def get_queryset(self, request):
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                _app_id=F("session__app_id"),
-                _user_id=F("session__user_id"),
-                _session_id=F("session__session_id"),
-            )
-        )
-
-    @admin.display(description="session", ordering="session_id")
-    def session_ref(self, obj):
-        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
-
 
 @admin.register(ToolToken)
 class ToolTokenAdmin(MachineOwnedAdmin):
@@ -342,7 +319,7 @@ class ToolTokenAdmin(MachineOwnedAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(ContentAdminMixin, MachineOwnedAdmin):
+class EventAdmin(ContentAdminMixin, SessionRowAdmin):
     """Events by their metadata: ids, author, kinds, sizes, times. The content, actions and
     metadata are shown only to operators holding ``ctxadmin.view_content``, on this detail
     page, audit-logged."""
@@ -371,16 +348,7 @@ class EventAdmin(ContentAdminMixin, MachineOwnedAdmin):
             super()
             .get_queryset(request)
             .defer("content", "actions", "usage_metadata", "custom_metadata", "context_json")
-            .annotate(
-                _app_id=F("session__app_id"),
-                _user_id=F("session__user_id"),
-                _session_id=F("session__session_id"),
-            )
         )
-
-    @admin.display(description="session")
-    def session_ref(self, obj):
-        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
 
     @admin.display(description="content, actions and metadata (content)")
     def event_content(self, obj):

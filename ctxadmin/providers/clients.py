@@ -97,11 +97,45 @@ def complete_json(
         "kind": connection.kind,
         "model": model,
     }
+    return logged_call(
+        connection,
+        request,
+        deadline,
+        fields,
+        lambda envelope: parse(envelope, model),
+        lambda completion: (
+            len(completion.text.encode("utf-8")),
+            {
+                "input_tokens": completion.input_tokens,
+                "output_tokens": completion.output_tokens,
+                "finish_reason": _enum_like(completion.finish_reason),
+            },
+        ),
+    )
+
+
+def logged_call(
+    connection: ProviderConnection,
+    request: _Request,
+    deadline: float,
+    fields: dict[str, Any],
+    parse: Callable[[dict[str, Any]], Any],
+    describe: Callable[[Any], tuple[int, dict[str, Any]]],
+    *,
+    unserialisable: str = "the schema must be JSON-serialisable",
+):
+    """POST the request, ``parse`` the envelope, hold the output to the connection's byte
+    limit, and log one content-free line either way: ``describe(result)`` gives the output's
+    bytes and the line's other fields (counts only). ``unserialisable`` is the ValueError's
+    message when the body cannot be encoded."""
     started = time.monotonic()
     try:
-        status, envelope, sizes = _post(connection, request, deadline)
-        completion = parse(envelope, model)
-        output_bytes = len(completion.text.encode("utf-8"))
+        try:
+            status, envelope, sizes = _post(connection, request, deadline)
+        except ValueError:
+            raise ValueError(unserialisable) from None
+        result = parse(envelope)
+        output_bytes, described = describe(result)
         if output_bytes > connection.max_output_bytes:
             raise ProviderError(
                 "provider_output_too_large",
@@ -128,12 +162,10 @@ def complete_json(
             "request_bytes": sizes[0],
             "response_bytes": sizes[1],
             "output_bytes": output_bytes,
-            "input_tokens": completion.input_tokens,
-            "output_tokens": completion.output_tokens,
-            "finish_reason": _enum_like(completion.finish_reason),
+            **described,
         },
     )
-    return completion
+    return result
 
 
 # --------------------------------------------------------------------------- arguments

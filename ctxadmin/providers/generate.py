@@ -18,14 +18,13 @@ import json
 import logging
 import math
 import re
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from ctxadmin.providers.base import ProviderConnection, ProviderError
+from ctxadmin.providers.base import ProviderConnection
 from ctxadmin.providers.clients import (
     ANTHROPIC_DEFAULT_MAX_TOKENS,
     ANTHROPIC_VERSION,
@@ -35,11 +34,11 @@ from ctxadmin.providers.clients import (
     _check_temperature,
     _count,
     _enum_like,
-    _post,
     _reported_model,
     _Request,
+    logged_call,
 )
-from ctxadmin.providers.transport import elapsed_ms, endpoint
+from ctxadmin.providers.transport import endpoint
 
 logger = logging.getLogger("ctxadmin.providers")
 
@@ -126,51 +125,25 @@ def generate(
         "tool_count": len(call.tools),
         "cached_content": cached_content is not None,
     }
-    started = time.monotonic()
-    try:
-        try:
-            status, envelope, sizes = _post(connection, request, deadline)
-        except ValueError:
-            raise ValueError(
-                "tools, contents and generation_config must be JSON-serialisable"
-            ) from None
-        generation = parse(envelope, model)
-        output_bytes = _output_bytes(generation.parts)
-        if output_bytes > connection.max_output_bytes:
-            raise ProviderError(
-                "provider_output_too_large",
-                status=status,
-                detail=f"output_bytes={output_bytes} limit={connection.max_output_bytes}",
-            )
-    except ProviderError as exc:
-        logger.warning(
-            "provider_call_failed",
-            extra={
-                **fields,
-                "code": exc.code,
-                "status": exc.status,
-                "duration_ms": elapsed_ms(started),
+    return logged_call(
+        connection,
+        request,
+        deadline,
+        fields,
+        lambda envelope: parse(envelope, model),
+        lambda generation: (
+            _output_bytes(generation.parts),
+            {
+                "text_parts": sum(1 for part in generation.parts if "text" in part),
+                "function_calls": sum(1 for part in generation.parts if "function_call" in part),
+                "input_tokens": generation.input_tokens,
+                "output_tokens": generation.output_tokens,
+                "cached_tokens": generation.cached_tokens,
+                "finish_reason": generation.finish_reason,
             },
-        )
-        raise
-    logger.info(
-        "provider_call",
-        extra={
-            **fields,
-            "status": status,
-            "duration_ms": elapsed_ms(started),
-            "request_bytes": sizes[0],
-            "response_bytes": sizes[1],
-            "output_bytes": output_bytes,
-            "text_parts": sum(1 for part in generation.parts if "text" in part),
-            "function_calls": sum(1 for part in generation.parts if "function_call" in part),
-            "input_tokens": generation.input_tokens,
-            "output_tokens": generation.output_tokens,
-            "cached_tokens": generation.cached_tokens,
-            "finish_reason": generation.finish_reason,
-        },
+        ),
+        unserialisable="tools, contents and generation_config must be JSON-serialisable",
     )
-    return generation
 
 
 # --------------------------------------------------------------------------- arguments
