@@ -303,12 +303,7 @@ def acquire(app: App, request: AcquireRequest, *, deadline: float | None = None)
         scope_id, scope_generation, entry_id, state, generation, expires_at, fresh, tokens = row
         if state == "active":
             if fresh and generation == scope_generation:
-                with connection.cursor() as cursor:
-                    cursor.execute(
-                        "UPDATE caching_cacheentry SET hits = hits + 1, last_hit_at = now() "
-                        "WHERE id = %s",
-                        [entry_id],
-                    )
+                _count_hit(entry_id)
                 outcome.status = "hit"
                 outcome.waited = waited
                 outcome.lease = _lease(app, entry_id, generation)
@@ -398,6 +393,42 @@ def acquire(app: App, request: AcquireRequest, *, deadline: float | None = None)
         # Orphaned: the deadline passed or the scope was invalidated meanwhile.
         if result == "orphan_deadline":
             return _finish(app, outcome, "deadline_exceeded", started)
+
+
+# Hits are counted in the process and written at most once a second (one statement for
+# every entry hit since): a hit costs no write of its own. A process that dies loses at most
+# its last second of counts; they are diagnostics, not accounting.
+HIT_FLUSH_SECONDS = 1.0
+_hits: dict[uuid.UUID, int] = {}
+_hits_lock = threading.Lock()
+_hits_flushed_at = 0.0
+
+
+def _count_hit(entry_id: uuid.UUID) -> None:
+    global _hits_flushed_at
+    now = time.monotonic()
+    with _hits_lock:
+        _hits[entry_id] = _hits.get(entry_id, 0) + 1
+        if now - _hits_flushed_at < HIT_FLUSH_SECONDS:
+            return
+        _hits_flushed_at = now
+    flush_hits()
+
+
+def flush_hits() -> int:
+    """Write the hits counted in this process since the last flush; the entries updated."""
+    with _hits_lock:
+        counts = dict(_hits)
+        _hits.clear()
+    if not counts:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE caching_cacheentry e SET hits = e.hits + c.n, last_hit_at = now() "
+            "FROM unnest(%s::uuid[], %s::bigint[]) AS c(id, n) WHERE e.id = c.id",
+            [list(counts), list(counts.values())],
+        )
+        return cursor.rowcount
 
 
 def _finish(app: App, outcome: Outcome, reason: str | None, started: float) -> Outcome:
@@ -776,6 +807,7 @@ MAX_STATUS_ENTRIES = 100
 
 def scope_status(app: App, fingerprint: str) -> dict:
     """Content-free: counts, waiters, expiries and the live entries' fingerprints."""
+    flush_hits()
     row = _scope_row(app, fingerprint)
     counts = {state: 0 for state in ("active", "creating", "failed", "deleting")}
     waiters = 0

@@ -427,3 +427,15 @@ def test_an_earlier_absolute_deadline_of_the_caller_wins(tenant, fake, settings)
     outcome = registry.acquire(tenant.app, request, deadline=started + 0.2)
     assert (outcome.status, outcome.reason) == ("bypass", "deadline_exceeded")
     assert time.monotonic() - started < 0.9
+
+
+def test_hits_are_counted_and_written_in_batches(tenant, fake):
+    registry.flush_hits()
+    created = acquire(tenant.app, body())
+    for _ in range(3):
+        assert acquire(tenant.app, body()).status == "hit"
+    status = registry.scope_status(tenant.app, created.scope_fingerprint)  # flushes first
+    assert status["live_entries"][0]["hits"] == 3
+    entry = CacheEntry.objects.get()
+    assert entry.hits == 3 and entry.last_hit_at is not None
+    assert registry.flush_hits() == 0  # nothing left to write
