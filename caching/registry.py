@@ -23,6 +23,7 @@ Every web and worker process of a deployment shares one registry, kept in Postgr
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -296,7 +297,7 @@ def acquire(app: App, request: AcquireRequest, *, deadline: float | None = None)
                         scope.user_id,
                         scope.model,
                         policy.fingerprint,
-                        _json(policy.as_json()),
+                        json.dumps(policy.as_json(), sort_keys=True),
                     ],
                 )
                 continue
@@ -466,12 +467,6 @@ def _provider_failure(
             details={"provider_code": code or "provider_unavailable"},
         )
     return _finish(app, outcome, "provider_error", started)
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, sort_keys=True)
 
 
 def _entry_state(entry_id: uuid.UUID) -> str | None:

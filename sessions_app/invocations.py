@@ -18,6 +18,7 @@ Each step is bounded by the invocation's absolute deadline:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -276,9 +277,9 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
                     "content": {"role": "model", "parts": generation.parts},
                     "turn_complete": not calls,
                     "usage_metadata": usage,
+                    # The cache's outcome without an empty reason (never a resource name).
                     "custom_metadata": {
-                        "cache": {k: v for k, v in cache.items() if k != "reason"}
-                        | ({"reason": cache["reason"]} if cache.get("reason") else {})
+                        "cache": {k: v for k, v in cache.items() if k != "reason" or v}
                     },
                 }
             ],
@@ -363,18 +364,12 @@ def _context(session: Session, request: InvocationRequest, deadline: float):
         if checkpoint is not None and checkpoint.status == Checkpoint.ACTIVE:
             built = context_build.build_context(session, request.context)
             built.accounting["compaction_id"] = str(checkpoint.id)
-    envelope = _decode(built.envelope_json)
+    envelope = json.loads(built.envelope_json)
     history = [item for item in envelope["history"] if item.get("content")]
     contents = [item["content"] for item in history]
     contents += [item["content"] for item in envelope["memory"]]
     contents.append(envelope["current_input"])
     return built, contents, history, policy
-
-
-def _decode(raw: bytes) -> dict:
-    import json
-
-    return json.loads(raw)
 
 
 def _cache(app, user_id, request, history, contents, deadline):
@@ -463,11 +458,7 @@ def _call_model(request, contents, cached_content, cached_tokens, deadline):
         "cached_content": cached_content,
     }
     if agent.provider == "fake":
-        return (
-            fake_model.generate(**arguments, cached_tokens=cached_tokens)
-            if cached_content
-            else fake_model.generate(**arguments)
-        )
+        return fake_model.generate(**arguments, cached_tokens=cached_tokens)
     from ctxadmin.providers.generate import generate
 
     return generate(get_connection(agent.provider), **arguments)
