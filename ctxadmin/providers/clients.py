@@ -354,7 +354,9 @@ def _gemini_request(connection: ProviderConnection, call: _Call) -> _Request:
     return _Request(url, headers, body)
 
 
-def _gemini_parse(envelope: dict[str, Any], model: str) -> Completion:
+def gemini_candidate_parts(envelope: dict[str, Any]) -> tuple[Any, list]:
+    """(the first candidate's finish reason, its raw parts) of a generateContent reply; a
+    blocked prompt, no candidate or a candidate without parts is ``provider_bad_response``."""
     feedback = envelope.get("promptFeedback")
     if isinstance(feedback, dict) and feedback.get("blockReason"):
         reason = _enum_like(feedback.get("blockReason"))
@@ -369,6 +371,11 @@ def _gemini_parse(envelope: dict[str, Any], model: str) -> Completion:
     if not isinstance(parts, list):
         reason = _enum_like(finish_reason)
         raise _bad("candidate without parts" + (f" finish_reason={reason}" if reason else ""))
+    return finish_reason, parts
+
+
+def _gemini_parse(envelope: dict[str, Any], model: str) -> Completion:
+    finish_reason, parts = gemini_candidate_parts(envelope)
     # Thought summaries (``"thought": true``) are not the answer.
     text = "".join(
         part["text"]

@@ -36,6 +36,7 @@ from ctxadmin.providers.clients import (
     _enum_like,
     _reported_model,
     _Request,
+    gemini_candidate_parts,
     logged_call,
 )
 from ctxadmin.providers.transport import endpoint
@@ -393,20 +394,7 @@ def _gemini_request(connection: ProviderConnection, call: _GenerateCall) -> _Req
 
 
 def _gemini_parse(envelope: dict[str, Any], model: str) -> Generation:
-    feedback = envelope.get("promptFeedback")
-    if isinstance(feedback, dict) and feedback.get("blockReason"):
-        reason = _enum_like(feedback.get("blockReason"))
-        raise _bad("prompt blocked" + (f" block_reason={reason}" if reason else ""))
-    candidates = envelope.get("candidates")
-    if not isinstance(candidates, list) or not candidates or not isinstance(candidates[0], dict):
-        raise _bad("no candidates")
-    candidate = candidates[0]
-    finish_reason = candidate.get("finishReason")
-    content = candidate.get("content")
-    raw_parts = content.get("parts") if isinstance(content, dict) else None
-    if not isinstance(raw_parts, list):
-        reason = _enum_like(finish_reason)
-        raise _bad("candidate without parts" + (f" finish_reason={reason}" if reason else ""))
+    finish_reason, raw_parts = gemini_candidate_parts(envelope)
     parts: list[dict] = []
     for raw in raw_parts:
         # Thought summaries (``"thought": true``) are not the answer.
