@@ -12,6 +12,7 @@ import logging
 import time
 from datetime import UTC, datetime
 
+from django.http import HttpRequest
 from prometheus_client import Counter, Histogram
 
 HTTP_REQUESTS = Counter(
@@ -46,6 +47,15 @@ class RequestMetricsMiddleware:
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 
+def loggable(value):
+    """An extra as a log line writes it. Django puts the request on its own records
+    (``django.request``, ``django.security.*``), and its ``str`` carries the query string,
+    which may hold a credential: only the method and the path are written."""
+    if isinstance(value, HttpRequest):
+        return f"{value.method} {value.path}"
+    return value
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, event, and the record's extras."""
 
@@ -58,7 +68,7 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
-                payload[key] = value
+                payload[key] = loggable(value)
         if record.exc_info:
             payload["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
             payload["traceback"] = self.formatException(record.exc_info)
