@@ -320,8 +320,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["ctxadmin.api.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "ctxadmin.api.schema.AutoSchema",
     "DEFAULT_VERSIONING_CLASS": None,
+    # OPTIONS is no documented method: 405 in the envelope, not DRF's serializer metadata
+    # (which views without a serializer_class cannot produce).
+    "DEFAULT_METADATA_CLASS": None,
     "EXCEPTION_HANDLER": "ctxadmin.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "TEST_REQUEST_DEFAULT_FORMAT": "json",

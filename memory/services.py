@@ -118,16 +118,22 @@ def parse_new_memory(body: Any) -> NewMemory:
     metadata_limit = settings.CTXADMIN_MEMORY_MAX_METADATA_BYTES
     if canonical_size(metadata) > metadata_limit:
         raise invalid("metadata", f"must be at most {metadata_limit} bytes")
-    provenance = body.get("provenance") or {}
+    provenance = body.get("provenance")
+    if provenance is None:
+        provenance = {}
     if not isinstance(provenance, dict):
         raise invalid("provenance", "must be an object")
     unknown = sorted(set(provenance) - PROVENANCE_KEYS)
     if unknown:
         raise invalid(f"provenance.{unknown[0]}", "unknown field")
+    ids = {}
     for name in ("session_id", "event_id", "author"):
-        value = provenance.get(name, "")
+        value = provenance.get(name)
+        if value is None:  # null is absent, as answers show an absent one
+            value = ""
         if not isinstance(value, str) or (value and not _ID.match(value)):
             raise invalid(f"provenance.{name}", "must be an identifier of 1-128 characters")
+        ids[name] = value
     when = None
     if provenance.get("timestamp") is not None:
         try:
@@ -151,9 +157,9 @@ def parse_new_memory(body: Any) -> NewMemory:
         content=content,
         metadata=metadata,
         idempotency_key=key,
-        session_id=provenance.get("session_id", ""),
-        event_id=provenance.get("event_id", ""),
-        author=provenance.get("author", ""),
+        session_id=ids["session_id"],
+        event_id=ids["event_id"],
+        author=ids["author"],
         source_timestamp=when,
         embed=embed,
         erasure_epoch=epoch,

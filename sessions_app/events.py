@@ -57,8 +57,11 @@ class EventError(ValueError):
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 _ROLE = re.compile(r"^[a-z][a-z_]{0,31}\Z")
-_MIME = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z")
-_FUNCTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,255}\Z")
+# Shared with the OpenAPI schema (sessions_app/api/schemas.py).
+MIME_TYPE_PATTERN = r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+FUNCTION_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_.:-]{0,255}"
+_MIME = re.compile(rf"^{MIME_TYPE_PATTERN}\Z")
+_FUNCTION_NAME = re.compile(rf"^{FUNCTION_NAME_PATTERN}\Z")
 _STATE_KEY_MAX = 256
 _AUTHOR_MAX = 128
 _URI_MAX = 2048
@@ -283,7 +286,10 @@ def validate_event(raw: Any, path: str, limits: EventLimits) -> dict:
     event["turn_complete"] = (
         None if turn_complete is None else _bool(turn_complete, f"{path}.turn_complete")
     )
-    event["actions"] = _validate_actions(raw.get("actions") or {}, f"{path}.actions", limits)
+    actions = raw.get("actions")
+    event["actions"] = _validate_actions(
+        {} if actions is None else actions, f"{path}.actions", limits
+    )
     event["timestamp"] = (
         None
         if raw.get("timestamp") is None

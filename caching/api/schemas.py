@@ -132,6 +132,7 @@ COMPONENTS = {
         "additionalProperties": False,
         "properties": {"scope": _ref("CacheScope"), "scope_fingerprint": _FINGERPRINT},
         "description": "exactly one of scope and scope_fingerprint",
+        "oneOf": [{"required": ["scope"]}, {"required": ["scope_fingerprint"]}],
     },
     "CacheInvalidated": _strict(
         {

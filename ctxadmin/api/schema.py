@@ -1,10 +1,22 @@
-"""OpenAPI additions: the bearer API key scheme and the error envelope on every operation."""
+"""OpenAPI additions: the bearer API key scheme, the pagination parameters of every paginated
+endpoint and the error envelope on every operation."""
 
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.utils import OpenApiParameter
 
 from ctxadmin.api.paths import PATH_PARAMETER_RULES
+
+PAGINATION_PARAMETERS = [
+    OpenApiParameter("cursor", str, description="the `next` or `previous` of an earlier page"),
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1},
+        description="page size (default CTXADMIN_PAGE_SIZE, at most CTXADMIN_MAX_PAGE_SIZE)",
+    ),
+]
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -23,6 +35,17 @@ ERROR_SCHEMA = {
         }
     },
 }
+
+
+class AutoSchema(SpectacularAutoSchema):
+    """drf-spectacular's, plus ``cursor`` and ``limit`` on every paginated ``GET`` (our views
+    paginate by hand, so drf-spectacular does not see them as list views)."""
+
+    def get_override_parameters(self):
+        parameters = super().get_override_parameters()
+        if self.method == "GET" and getattr(self.view, "pagination_class", None) is not None:
+            parameters = [*PAGINATION_PARAMETERS, *parameters]
+        return parameters
 
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):

@@ -15,3 +15,12 @@ class StrictSerializer(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
         return super().to_internal_value(data)
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string only: DRF's CharField also takes a number and keeps its text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)

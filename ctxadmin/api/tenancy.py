@@ -7,7 +7,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
-from ctxadmin.api.serializers import StrictSerializer
+from ctxadmin.api.serializers import StrictCharField, StrictSerializer
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.models import SCOPE_ADMIN, SCOPE_DIAGNOSTICS, SCOPES, ApiKey
 from ctxadmin.selectors import app_summary
@@ -27,7 +27,7 @@ class AppSummarySerializer(serializers.Serializer):
 
 
 class AppUpdateSerializer(StrictSerializer):
-    display_name = serializers.CharField(max_length=200, allow_blank=True)
+    display_name = StrictCharField(max_length=200, allow_blank=True)
 
 
 class ApiKeyInfoSerializer(serializers.ModelSerializer):
@@ -93,7 +93,7 @@ class ApiKeyListView(AppScopedView):
     pagination_class = Cursor
     user_field = None
 
-    @extend_schema(operation_id="api_keys_list")
+    @extend_schema(operation_id="api_keys_list", responses=ApiKeyInfoSerializer(many=True))
     def get(self, request, app):
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(self.get_serializer(page, many=True).data)

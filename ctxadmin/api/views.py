@@ -65,6 +65,9 @@ class AppScopedView(GenericAPIView):
                 raise exceptions.PermissionDenied(
                     f"This API key does not have the '{scope}' scope."
                 )
+        if request.method == "OPTIONS" or not hasattr(self, request.method.lower()):
+            # A method the endpoint does not have is a 405, whatever its query string says.
+            raise exceptions.MethodNotAllowed(request.method)
         unknown = sorted(set(request.query_params) - self.allowed_query_params)
         if unknown:
             raise ApiError(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from ctxadmin.api.paths import ID_PATTERN
 from memory.governance import MAX_RETENTION_DAYS, MAX_TTL_SECONDS
 
 _OBJECT = {"type": "object", "additionalProperties": True}
 _NULLABLE_STRING = {"type": "string", "nullable": True}
+_SESSION_ID = {"type": "string", "pattern": f"^{ID_PATTERN}$", "maxLength": 128}
+# A provenance id; empty or null when there is none.
+_NULLABLE_ID = {"type": "string", "pattern": f"^(?:{ID_PATTERN})?$", "nullable": True}
 _NULLABLE_TIME = {"type": "string", "format": "date-time", "nullable": True}
 _FINGERPRINT = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 
@@ -28,17 +32,32 @@ _PROVENANCE = _strict(
         },
     }
 )
+# What a client may send: identifiers (an answer may also show an ingested event's author).
+_PROVENANCE_INPUT = _strict(
+    {
+        **_PROVENANCE["properties"],
+        "session_id": _NULLABLE_ID,
+        "event_id": _NULLABLE_ID,
+        "author": _NULLABLE_ID,
+    }
+)
 COMPONENTS = {
     "MemoryCreate": _strict(
         {
             "content": {"type": "string", "minLength": 1},
             "metadata": _OBJECT,
-            "provenance": _PROVENANCE,
-            "idempotency_key": {"type": "string", "maxLength": 256},
+            "provenance": {**_PROVENANCE_INPUT, "nullable": True},
+            "idempotency_key": {
+                "type": "string",
+                "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}$",
+                "maxLength": 256,
+                "nullable": True,
+            },
             "embed": {"enum": ["auto", "sync", "async"]},
             "erasure_epoch": {
                 "type": "integer",
                 "minimum": 0,
+                "nullable": True,
                 "description": "The scope's erasure epoch this write was prepared at; older "
                 "than the current one: 409 memory_erasure_epoch_stale, nothing written.",
             },
@@ -75,15 +94,20 @@ COMPONENTS = {
         {
             "query": {"type": "string", "minLength": 1, "maxLength": 4096},
             "mode": {"enum": ["lexical", "vector", "hybrid"]},
-            "filter": _OBJECT,
+            "filter": {**_OBJECT, "nullable": True},
             "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-            "min_score": {"type": "number"},
-            "weights": _strict(
-                {
-                    "lexical": {"type": "number", "minimum": 0, "maximum": 100},
-                    "vector": {"type": "number", "minimum": 0, "maximum": 100},
-                }
-            ),
+            "min_score": {"type": "number", "nullable": True},
+            # null: the embedder's measured fusion, as when absent.
+            "weights": {
+                **_strict(
+                    {
+                        "lexical": {"type": "number", "minimum": 0, "maximum": 100},
+                        "vector": {"type": "number", "minimum": 0, "maximum": 100},
+                    }
+                ),
+                "minProperties": 1,
+                "nullable": True,
+            },
         },
         ["query"],
     ),
@@ -119,7 +143,7 @@ COMPONENTS = {
 
 COMPONENTS["MemoryEventsRequest"] = _strict(
     {
-        "session_id": {"type": "string", "maxLength": 128},
+        "session_id": _SESSION_ID,
         "events": {
             "type": "array",
             "items": {"$ref": "#/components/schemas/EventInput"},
@@ -271,7 +295,7 @@ _COUNT = {"type": "integer", "minimum": 0}
 _PHASE = {"enum": ["pending", "running", "retry", "completed", "failed", "cancelled"]}
 COMPONENTS["OutboxAdmission"] = _strict(
     {
-        "session_id": {"type": "string", "maxLength": 128},
+        "session_id": _SESSION_ID,
         "after_seq": {
             "type": "integer",
             "minimum": 0,

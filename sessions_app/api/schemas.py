@@ -12,7 +12,12 @@ from ctxadmin.api.paths import ID_PATTERN
 from sessions_app.compaction.policy import LIMITS as POLICY_LIMITS
 from sessions_app.compaction.policy import NULLABLE as _NULLABLE_POLICY_FIELDS
 from sessions_app.compaction.policy import RETENTION_MODES, SUMMARIZER_KINDS, ZERO_ALLOWED
-from sessions_app.events import CONTENT_TYPES, USAGE_KEYS
+from sessions_app.events import (
+    CONTENT_TYPES,
+    FUNCTION_NAME_PATTERN,
+    MIME_TYPE_PATTERN,
+    USAGE_KEYS,
+)
 
 
 def ref(name: str) -> dict:
@@ -27,6 +32,8 @@ _TIMESTAMP = {
     ]
 }
 _OBJECT = {"type": "object", "additionalProperties": True}
+_FUNCTION_NAME = {"type": "string", "pattern": f"^{FUNCTION_NAME_PATTERN}$"}
+_MIME_TYPE = {"type": "string", "pattern": f"^{MIME_TYPE_PATTERN}$", "maxLength": 255}
 
 
 def _strict(properties: dict, required: list[str] | None = None, **extra) -> dict:
@@ -69,25 +76,23 @@ COMPONENTS = {
             _one_key("text", {"type": "string"}),
             _one_key(
                 "function_call",
-                _strict({"id": _ID, "name": {"type": "string"}, "args": _OBJECT}, ["id", "name"]),
+                _strict({"id": _ID, "name": _FUNCTION_NAME, "args": _OBJECT}, ["id", "name"]),
             ),
             _one_key(
                 "function_response",
-                _strict(
-                    {"id": _ID, "name": {"type": "string"}, "response": _OBJECT}, ["id", "name"]
-                ),
+                _strict({"id": _ID, "name": _FUNCTION_NAME, "response": _OBJECT}, ["id", "name"]),
             ),
             _one_key(
                 "inline_data",
                 _strict(
-                    {"mime_type": {"type": "string"}, "data": {"type": "string", "format": "byte"}},
+                    {"mime_type": _MIME_TYPE, "data": {"type": "string", "format": "byte"}},
                     ["mime_type", "data"],
                 ),
             ),
             _one_key(
                 "file_data",
                 _strict(
-                    {"mime_type": {"type": "string"}, "file_uri": {"type": "string"}},
+                    {"mime_type": _MIME_TYPE, "file_uri": {"type": "string"}},
                     ["mime_type", "file_uri"],
                 ),
             ),
@@ -115,14 +120,14 @@ COMPONENTS = {
     ),
     "EventInput": _strict(
         {
-            "event_id": _ID,
-            "invocation_id": {"type": "string", "maxLength": 128},
+            "event_id": {**_ID, "nullable": True},
+            "invocation_id": {"type": "string", "maxLength": 128, "nullable": True},
             "author": {"type": "string", "minLength": 1, "maxLength": 128},
             "content": {**ref("Content"), "nullable": True},
             "partial": {"type": "boolean"},
             "turn_complete": {"type": "boolean", "nullable": True},
-            "actions": ref("EventActions"),
-            "timestamp": _TIMESTAMP,
+            "actions": {**ref("EventActions"), "nullable": True},
+            "timestamp": {**_TIMESTAMP, "nullable": True},
             "usage_metadata": {**ref("UsageMetadata"), "nullable": True},
             "custom_metadata": {**_OBJECT, "nullable": True},
         },
@@ -153,10 +158,11 @@ COMPONENTS = {
             {
                 "event": ref("EventInput"),
                 "events": {"type": "array", "items": ref("EventInput"), "minItems": 1},
-                "expected_revision": {"type": "integer", "minimum": 0},
+                "expected_revision": {"type": "integer", "minimum": 0, "nullable": True},
             }
         ),
         "description": "Exactly one of `event` or `events` (at most CTXADMIN_MAX_BATCH_EVENTS).",
+        "oneOf": [{"required": ["event"]}, {"required": ["events"]}],
     },
     "AppendResponse": _strict(
         {
@@ -168,7 +174,10 @@ COMPONENTS = {
         ["events", "created", "revision", "state"],
     ),
     "SessionCreate": _strict(
-        {"session_id": _ID, "state": _OBJECT},
+        {
+            "session_id": {**_ID, "nullable": True, "description": "absent or null: generated"},
+            "state": _OBJECT,
+        },
     ),
     "SessionSummary": _strict(
         {
@@ -234,21 +243,23 @@ COMPONENTS = {
     "ContextRequest": _strict(
         {
             "current_input": ref("Content"),
-            "instructions": {"type": "string"},
-            "generation_config": _OBJECT,
-            "tools": {"type": "array", "items": _OBJECT},
-            "policy": ref("ContextPolicy"),
+            # Each optional member may also be null: the same as absent.
+            "instructions": {"type": "string", "nullable": True},
+            "generation_config": {**_OBJECT, "nullable": True},
+            "tools": {"type": "array", "items": _OBJECT, "nullable": True},
+            "policy": {**ref("ContextPolicy"), "nullable": True},
             "memory": _strict(
                 {
                     "query": {"type": "string", "minLength": 1, "maxLength": 4096},
                     "mode": {"enum": ["lexical", "vector", "hybrid"]},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-                    "filter": _OBJECT,
+                    "filter": {**_OBJECT, "nullable": True},
                     "max_hit_bytes": {"type": "integer", "minimum": 1, "maximum": 65536},
                     "max_total_bytes": {"type": "integer", "minimum": 1, "maximum": 1048576},
                     "on_error": {"enum": ["error", "omit"]},
                 },
                 ["query"],
+                nullable=True,
             ),
         },
         ["current_input"],
@@ -509,7 +520,7 @@ COMPONENTS.update(
     {
         "ToolTokenMint": _strict(
             {
-                "tool_name": {"type": "string"},
+                "tool_name": {"type": "string", "minLength": 1},
                 "capabilities": {"type": "array", "items": {"enum": _CAPABILITIES}},
                 "ttl_ms": {"type": "integer", "minimum": 1000, "maximum": 3600000},
                 "function_call_id": _ID,
