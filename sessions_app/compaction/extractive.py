@@ -54,13 +54,9 @@ def _from_events(events: list[SourceEvent]) -> dict:
     latest: dict | None = None
     for event in events:
         if event.is_user:
-            text = event.text
-            if looks_like_secret(text):
-                requests.append({"event_id": event.event_id, "omitted": "secret"})
-            elif text.strip():
-                requests.append(
-                    {"event_id": event.event_id, "excerpt": _excerpt(text, EXCERPT_CHARS)}
-                )
+            if event.text.strip():
+                excerpt = _excerpt(event.text, EXCERPT_CHARS)
+                requests.append(_request(event.event_id, excerpt, event.text))
             continue
         for call in event.calls:
             calls[call["id"]] = (call["name"], event.event_id)
@@ -73,6 +69,13 @@ def _from_events(events: list[SourceEvent]) -> dict:
         if event.is_final_model:
             latest = _entry(f"Latest answer: {_excerpt(event.text, LATEST_CHARS)}", event.event_id)
     return {"requests": requests, "completed": completed, "errors": errors, "latest": latest}
+
+
+def _request(event_id: str, excerpt: str, text: str) -> dict:
+    """A request entry; an omission when the text (or its cut excerpt) holds a credential."""
+    if looks_like_secret(text) or looks_like_secret(excerpt):
+        return {"event_id": event_id, "omitted": "secret"}
+    return {"event_id": event_id, "excerpt": excerpt}
 
 
 def _dedupe(entries: list[dict], key) -> list[dict]:
@@ -92,7 +95,13 @@ def _request_key(entry: dict):
 def summarize(request: SummaryRequest) -> SummaryReply:
     found = _from_events(request.events)
     lineage = request.lineage
-    requests = [r for s in lineage for r in s["user_requests"]] + found["requests"]
+    # A carried request keeps its entry; one quoting a credential becomes an omission.
+    carried = [
+        _request(r["event_id"], r["excerpt"], r["excerpt"]) if "excerpt" in r else r
+        for s in lineage
+        for r in s["user_requests"]
+    ]
+    requests = carried + found["requests"]
     requests = _dedupe(requests, _request_key)[-MAX_USER_REQUESTS:]
     lists = {name: [e for s in lineage for e in s[name]] for name in ITEM_LISTS}
     lists["errors"] += found["errors"]

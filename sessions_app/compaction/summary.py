@@ -3,8 +3,9 @@ its rendering for a model (pure; no Django import).
 
 A summary stands in for a range of events, so every claim in it must be traceable: each
 entry cites event ids of the range (or of the lineage it absorbs), each user request quotes
-an exact excerpt of the user event it cites (or records that a secret was omitted), the
-tool names are exactly those used, and ``coverage`` is exactly the summarised range.
+an exact excerpt of the user event it cites (or records that a secret was omitted: an
+excerpt never holds a credential), the tool names are exactly those used, and ``coverage``
+is exactly the summarised range.
 
     {"version": 1, "language": "en",
      "objective": ITEM | null,
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxadmin.canonical import canonical_size
+from ctxadmin.pruning import looks_like_secret
 
 VERSION = 1
 MAX_TEXT_CHARS = 1000
@@ -85,6 +87,10 @@ def _text(value: Any, path: str, limit: int) -> str:
         raise SummaryInvalid(path, "must be a non-empty string")
     if len(value) > limit:
         raise SummaryInvalid(path, f"must be at most {limit} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, legal in JSON text but not in UTF-8
+        raise SummaryInvalid(path, "must be valid Unicode") from None
     return value
 
 
@@ -144,6 +150,10 @@ def _user_request(value: Any, path: str, source: SourceIndex) -> tuple:
     if "omitted" in entry:
         return (event_id, None)
     excerpt = _text(entry["excerpt"], f"{path}.excerpt", MAX_EXCERPT_CHARS)
+    if looks_like_secret(excerpt):
+        raise SummaryInvalid(
+            f"{path}.excerpt", "holds a credential: record {'omitted': 'secret'} instead"
+        )
     text = source.user_texts.get(event_id)
     if text is not None:
         if excerpt not in text:
@@ -156,7 +166,7 @@ def _user_request(value: Any, path: str, source: SourceIndex) -> tuple:
 def validate_summary(summary: Any, source: SourceIndex, max_bytes: int) -> dict:
     """``summary`` if it keeps every rule; else ``SummaryInvalid`` or ``SummaryTooLarge``."""
     top = _closed(summary, TOP_KEYS, "summary")
-    if top["version"] != VERSION or isinstance(top["version"], bool):
+    if type(top["version"]) is not int or top["version"] != VERSION:
         raise SummaryInvalid("summary.version", f"must be {VERSION}")
     if not isinstance(top["language"], str) or not _LANGUAGE.match(top["language"]):
         raise SummaryInvalid("summary.language", "must be a language tag such as 'en' or 'und'")
@@ -194,7 +204,9 @@ def validate_summary(summary: Any, source: SourceIndex, max_bytes: int) -> dict:
             "summary.tools", "must name exactly the tools used in the range, once each"
         )
     coverage = _closed(top["coverage"], {"first_seq", "last_seq"}, "summary.coverage")
-    if coverage != {"first_seq": source.first_seq, "last_seq": source.last_seq}:
+    if coverage != {"first_seq": source.first_seq, "last_seq": source.last_seq} or not all(
+        type(seq) is int for seq in coverage.values()
+    ):
         raise SummaryInvalid(
             "summary.coverage",
             f"must be exactly first_seq {source.first_seq} and last_seq {source.last_seq}",

@@ -16,7 +16,9 @@ from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.pruning import prune_secrets
 from sessions_app.events import estimate_tokens
 
-FRAMING_BASE_BYTES = 64
+# The envelope's own JSON around its parts (six keys, brackets, separators, and null or []
+# for an absent part) is 99 bytes; with the current input's item allowance, 96 covers it.
+FRAMING_BASE_BYTES = 96
 FRAMING_PER_ITEM_BYTES = 8
 CATEGORIES = (
     "instructions",
