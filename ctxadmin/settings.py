@@ -87,6 +87,11 @@ if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
     raise ImproperlyConfigured(
         "CTXADMIN_TASK_TIME_LIMIT must be greater than CTXADMIN_TASK_SOFT_TIME_LIMIT"
     )
+# A worker's lease on an asynchronous compaction: once it ends, the sweeper hands the run to
+# another worker. Longer than the task's hard time limit: a live worker is never taken over.
+CTXADMIN_COMPACTION_LEASE_SECONDS = env.int(
+    "CTXADMIN_COMPACTION_LEASE_SECONDS", CELERY_TASK_TIME_LIMIT + 30, minimum=1
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # A task not acknowledged within this time is delivered again (acks_late + crash).

@@ -206,6 +206,10 @@ class Checkpoint(models.Model):
     check_head = models.BooleanField(default=False, db_default=False)
     expected_head = models.UUIDField(null=True)
     duration_ms = models.FloatField(null=True)
+    # A worker's claim on an asynchronous run: the attempt it is (which also fences its
+    # commit) and when its lease ends. A run inside a web request has no lease.
+    attempts = models.PositiveSmallIntegerField(default=0, db_default=0)
+    lease_expires_at = models.DateTimeField(null=True)
     created_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True)
 

@@ -35,6 +35,8 @@ from sessions_app.services import invalid, not_found
 
 logger = logging.getLogger("ctxadmin.compaction")
 
+# An asynchronous run whose worker died this many times fails (``worker_lost``).
+MAX_ATTEMPTS = 3
 BACKOFF_BASE = timedelta(minutes=1)
 TRANSIENT_FAILURES = frozenset({"stale_head", "compaction_conflict"})
 BACKOFF_MAX = timedelta(hours=1)
@@ -332,9 +334,22 @@ def request_manual(session: Session, request: ManualRequest) -> tuple[Checkpoint
     ), True
 
 
+def hold_session(cursor, session_pk: int) -> None:
+    """Take the session row (``FOR KEY SHARE``) in the current transaction, before writing
+    one of its checkpoints or its compaction state, as every such writer does. An append
+    holds the row while it queues its own check; a writer that wrote first would wait for
+    the row in its foreign-key check while the append waited for what it wrote: a deadlock,
+    which PostgreSQL breaks by failing one of them."""
+    cursor.execute("SELECT 1 FROM sessions_app_session WHERE id = %s FOR KEY SHARE", [session_pk])
+
+
 def _take_over_pending_check(session_pk: int) -> None:
     """A requested compaction replaces an automatic check no worker has claimed yet (its
-    task then finds nothing pending); a running one still makes the request a 409."""
+    task then finds nothing pending); a running one still makes the request a 409.
+
+    The session row is taken first (``hold_session``)."""
+    with connection.cursor() as cursor:
+        hold_session(cursor, session_pk)
     Checkpoint.objects.filter(
         session_id=session_pk, status=Checkpoint.PENDING, origin="automatic"
     ).delete()
@@ -370,6 +385,53 @@ class CommitConflict(Exception):
         super().__init__(message)
         self.code = code
         self.details = details or {}
+
+
+def claim(checkpoint_id: str) -> Checkpoint | None:
+    """Claim an asynchronous run for this worker, under a lease: a pending one, or a running
+    one whose worker's lease has ended (that worker died). The claim's attempt number fences
+    the commit: a worker whose run was claimed again since writes nothing. None when there is
+    nothing to claim (another worker holds it, it has ended, or its workers died
+    ``MAX_ATTEMPTS`` times: the sweeper fails it)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE sessions_app_checkpoint
+               SET status = 'running', attempts = attempts + 1,
+                   lease_expires_at = statement_timestamp() + %s * interval '1 second'
+             WHERE id = %s
+               AND (status = 'pending'
+                    OR (status = 'running' AND lease_expires_at <= statement_timestamp()
+                        AND attempts < %s))
+            RETURNING attempts
+            """,
+            [settings.CTXADMIN_COMPACTION_LEASE_SECONDS, checkpoint_id, MAX_ATTEMPTS],
+        )
+        claimed = cursor.fetchone()
+    if claimed is None:
+        return None
+    if claimed[0] > 1:
+        logger.info(
+            "compaction reclaimed", extra={"checkpoint_id": checkpoint_id, "attempt": claimed[0]}
+        )
+    return Checkpoint.objects.select_related("session__app").get(pk=checkpoint_id)
+
+
+class LeaseLost(Exception):
+    """The run was claimed again since this worker claimed it (its lease had ended)."""
+
+
+def _lock_own(row: Checkpoint) -> None:
+    """Lock the row, and raise ``LeaseLost`` unless it is still this run's (running, at the
+    attempt this worker claimed; 0 for a run inside a web request)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT status, attempts FROM sessions_app_checkpoint WHERE id = %s FOR UPDATE",
+            [row.pk],
+        )
+        found = cursor.fetchone()
+    if found is None or found[0] != Checkpoint.RUNNING or found[1] != row.attempts:
+        raise LeaseLost()
 
 
 def run_claimed(row: Checkpoint, session: Session) -> Checkpoint:
@@ -482,7 +544,8 @@ def execute(
     row.model = policy.summarizer.model or ""
     row.policy = policy.as_dict()
     if outcome.status == "skipped":
-        _note_skip(session.pk, row.pk, outcome.reason)
+        if not _note_skip(session.pk, row, outcome.reason):
+            return _lease_lost(row)
         row.status, row.reason, row.message = "skipped", outcome.reason, outcome.message
         row.tokens_before = outcome.tokens_before
         return row
@@ -492,6 +555,8 @@ def execute(
         _commit(row, session, outcome, policy, visible, head, expected_head, started)
     except CommitConflict as conflict:
         return _fail(row, conflict.code, str(conflict), outcome, elapsed_ms, conflict.details)
+    except LeaseLost:
+        return _lease_lost(row)
     row.refresh_from_db()
     logger.info(
         "compaction committed",
@@ -511,22 +576,29 @@ def execute(
     return row
 
 
-def _note_skip(session_pk: int, checkpoint_pk, reason: str) -> None:
-    """A skipped check leaves no checkpoint row, only the session's counters."""
-    with connection.cursor() as cursor:
+def _note_skip(session_pk: int, row: Checkpoint, reason: str) -> bool:
+    """A skipped check leaves no checkpoint row, only the session's counters; False (and
+    nothing written) when the run was claimed again since: that run decides."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        hold_session(cursor, session_pk)
         cursor.execute(
             """
-            WITH gone AS (DELETE FROM sessions_app_checkpoint WHERE id = %s)
+            WITH gone AS (
+                DELETE FROM sessions_app_checkpoint
+                 WHERE id = %s AND status = 'running' AND attempts = %s
+             RETURNING id
+            )
             INSERT INTO sessions_app_compactionstate
                 (session_id, ineffective_streak, checks, last_skip_reason, last_checked_at)
-            VALUES (%s, 0, 1, %s, now())
+            SELECT %s, 0, 1, %s, now() WHERE EXISTS (SELECT 1 FROM gone)
             ON CONFLICT (session_id) DO UPDATE
                SET checks = sessions_app_compactionstate.checks + 1,
                    last_skip_reason = EXCLUDED.last_skip_reason,
                    last_checked_at = EXCLUDED.last_checked_at
             """,
-            [checkpoint_pk, session_pk, reason],
+            [row.pk, row.attempts, session_pk, reason],
         )
+        return cursor.rowcount == 1
 
 
 def _fail(
@@ -546,22 +618,25 @@ def _fail(
     row.tokens_after = outcome.tokens_after or None
     row.duration_ms = round(elapsed_ms, 3)
     row.finished_at = timezone.now()
-    row.save(
-        update_fields=[
-            "status",
-            "reason",
-            "message",
-            "trigger",
-            "usage",
-            "tokens_before",
-            "tokens_after",
-            "duration_ms",
-            "finished_at",
-            "summarizer",
-            "model",
-            "policy",
-        ]
+    fields = (
+        "status",
+        "reason",
+        "message",
+        "trigger",
+        "usage",
+        "tokens_before",
+        "tokens_after",
+        "duration_ms",
+        "finished_at",
+        "summarizer",
+        "model",
+        "policy",
     )
+    recorded = Checkpoint.objects.filter(
+        pk=row.pk, status=Checkpoint.RUNNING, attempts=row.attempts
+    ).update(**{name: getattr(row, name) for name in fields})
+    if not recorded:
+        return _lease_lost(row)
     # An automatic run that failed for a reason that would recur (an ineffective summary, a
     # summarizer or provider failure, a deadline) backs off, so a failing provider does not
     # cost a run, and a row, per completed invocation. Conflicts are transient: no backoff.
@@ -577,6 +652,15 @@ def _fail(
         extra={"checkpoint_id": str(row.id), "session_pk": row.session_id, "code": code},
     )
     return row
+
+
+def _lease_lost(row: Checkpoint) -> Checkpoint:
+    """This worker's run was claimed again since: it wrote nothing; the row as it is now."""
+    logger.info(
+        "compaction lease lost", extra={"checkpoint_id": str(row.id), "attempt": row.attempts}
+    )
+    found = Checkpoint.objects.filter(pk=row.pk).first()
+    return found or row
 
 
 def _summary_event(row: Checkpoint, outcome: engine.Outcome, start, end) -> dict:
@@ -625,6 +709,7 @@ def _commit(
             locked = cursor.fetchone()
         if locked is None:
             raise CommitConflict("compaction_conflict", "The session no longer exists.")
+        _lock_own(row)
         state, last_seq = store.decode(locked[0]), locked[1]
         now_visible_rows = visible_checkpoints(session.pk)
         current_head = head_of(now_visible_rows)

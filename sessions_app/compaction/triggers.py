@@ -26,23 +26,30 @@ def completes_invocation(event: dict) -> bool:
 
 def request_automatic(session_pk: int) -> None:
     """Queue one automatic check for the session unless one is in flight already (the
-    partial unique index decides, across every process); the task runs after commit."""
+    partial unique index decides, across every process); the task runs after commit.
+
+    The session row is taken (``FOR KEY SHARE``) before the check is written, in the same
+    statement, as every writer of a session's checkpoints takes it first (see
+    ``services.hold_session``): a fast append queues its check after its own statement,
+    outside any lock. A session deleted meanwhile gets no check."""
     checkpoint_id = uuid.uuid4()
     with connection.cursor() as cursor:
         cursor.execute(
             """
+            WITH locked AS (SELECT id FROM sessions_app_session WHERE id = %s FOR KEY SHARE)
             INSERT INTO sessions_app_checkpoint
                 (id, session_id, status, origin, trigger, representation, reason, message,
                  source_event_ids, source_fingerprint, items_json, items_bytes, item_count,
                  tokens, summarizer, model, usage, policy, high_water_seq,
                  window_end_invocation, projected_event_ids, summary_event_id, purged_events,
                  created_at)
-            VALUES (%s, %s, 'pending', 'automatic', '', '', '', '', '{}', '', '', 0, 0, 0, '',
-                    '', '{}', '{}', 0, '', '{}', '', 0, now())
+            SELECT %s, id, 'pending', 'automatic', '', '', '', '', '{}', '', '', 0, 0, 0, '',
+                   '', '{}', '{}', 0, '', '{}', '', 0, now()
+              FROM locked
             ON CONFLICT (session_id) WHERE status IN ('pending', 'running') DO NOTHING
             RETURNING id
             """,
-            [checkpoint_id, session_pk],
+            [session_pk, checkpoint_id],
         )
         created = cursor.fetchone()
     if created is not None:
