@@ -441,29 +441,74 @@ def terminate_group(process: subprocess.Popen, timeout: float = 20) -> int | Non
 
 
 @dataclass
+class Child:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    process: subprocess.Popen
+    restart: bool
+    started: float
+    exits: int = 0  # exits in a row, each within ``Supervisor.steady_after`` of its start
+    due: float | None = None  # when it starts again (it exited; ``restart`` only)
+
+
+@dataclass
 class Supervisor:
     """Starts named child processes, each in its own process group, and stops them all in
-    reverse order of start."""
+    reverse order of start. A child started with ``restart`` is started again when it exits
+    (``restart_exited``), after a delay that doubles with each exit in a row (from
+    ``first_delay`` up to ``max_delay``; a run longer than ``steady_after`` starts over)."""
 
-    children: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
+    first_delay: float = 1.0
+    max_delay: float = 30.0
+    steady_after: float = 60.0
 
-    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        process = subprocess.Popen(
+    @staticmethod
+    def _popen(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        return subprocess.Popen(
             argv, env=env, cwd=PROJECT_DIR, stdin=subprocess.DEVNULL, start_new_session=True
         )
-        self.children.append((name, process))
+
+    def spawn(
+        self, name: str, argv: list[str], env: dict[str, str], *, restart: bool = False
+    ) -> subprocess.Popen:
+        process = self._popen(argv, env)
+        self.children.append(Child(name, argv, env, process, restart, time.monotonic()))
         return process
 
     def exited(self) -> tuple[str, int] | None:
-        for name, process in self.children:
-            code = process.poll()
+        """The first child that exited and is not restarted, with its exit code."""
+        for child in self.children:
+            code = None if child.restart else child.process.poll()
             if code is not None:
-                return name, code
+                return child.name, code
         return None
 
+    def restart_exited(self) -> list[tuple[str, int, float]]:
+        """Start again each ``restart`` child that exited and whose delay has passed; the
+        (name, exit code, delay) of each exit noticed now."""
+        now = time.monotonic()
+        noticed = []
+        for child in self.children:
+            if not child.restart:
+                continue
+            if child.due is None:
+                code = child.process.poll()
+                if code is None:
+                    continue
+                child.exits = child.exits + 1 if now - child.started < self.steady_after else 1
+                delay = min(self.max_delay, self.first_delay * 2 ** (child.exits - 1))
+                child.due = now + delay
+                noticed.append((child.name, code, delay))
+            elif now >= child.due:
+                child.process = self._popen(child.argv, child.env)
+                child.started, child.due = now, None
+        return noticed
+
     def stop_all(self, timeout: float = 20) -> None:
-        for _name, process in reversed(self.children):
-            terminate_group(process, timeout)
+        for child in reversed(self.children):
+            terminate_group(child.process, timeout)
         self.children.clear()
 
 

