@@ -22,6 +22,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import statistics
 import sys
 import time
@@ -480,9 +481,21 @@ build uses `{{"budgets": {{"max_tokens": 32000}}, "overflow": "truncate"}}` and 
     )
 
 
+def fresh_var(var: Path) -> Path:
+    """``var`` emptied (its PostgreSQL stopped first, if an earlier run left it running): each
+    run measures a database of its own, as a table still holding an earlier run's rows changes
+    what its indexes cost."""
+    if (var / "pgdata").exists():
+        stack.EmbeddedPostgres(var / "pgdata").stop()
+    shutil.rmtree(var, ignore_errors=True)
+    return var
+
+
 def bench_service(var: Path, extra_env: dict[str, str] | None = None) -> ServiceProcess:
     """The whole stack as ``make run`` runs it (its web workers and threads), started in
-    ``var`` and up; ``extra_env``: settings of its own (``CTXADMIN_EMBEDDER``, …)."""
+    ``var`` (emptied first) and up; ``extra_env``: settings of its own
+    (``CTXADMIN_EMBEDDER``, …)."""
+    fresh_var(var)
     service = ServiceProcess(
         var,
         stack.free_port(),

@@ -1694,9 +1694,9 @@ def _fault_notes(results: dict) -> list[str]:
 def run_section(command: str) -> list[str]:
     """Start the service, measure, stop it, splice the section into ``BENCHMARKS.md``; the
     targets not met."""
-    from bench.__main__ import REPORT, machine, postgres_version
+    from bench.__main__ import REPORT, fresh_var, machine, postgres_version
 
-    service, redis = start_service(stack.var_dir() / "load")
+    service, redis = start_service(fresh_var(stack.var_dir() / "load"))
     try:
         results = measure(service, redis)
         postgres = postgres_version(service.database_url)
