@@ -1343,20 +1343,16 @@ def web_worker_kill(service: ServiceProcess, key: str, app: str) -> dict:
 
 
 def start_service(var: Path) -> tuple[ServiceProcess, dict]:
-    """The stack in ``var`` with a Redis of its own; ``redis["server"]`` is that Redis (a
-    fault replaces it)."""
-    var.mkdir(parents=True, exist_ok=True)
-    server = stack.LocalRedis(var / "redis-load")
+    """The stack in ``var`` (emptied first) with a Redis of its own beside it;
+    ``redis["server"]`` is that Redis (a fault replaces it)."""
+    from bench.__main__ import bench_service
+
+    server = stack.LocalRedis(var.parent / f"{var.name}-redis")
     url = server.start()
-    redis = {"server": server}
     try:
-        service = ServiceProcess(
+        service = bench_service(
             var,
-            stack.free_port(),
-            var / "service.log",
-            extra_env={
-                "CTXADMIN_WEB_WORKERS": str(WEB_WORKERS),
-                "CTXADMIN_WEB_THREADS": str(WEB_THREADS),
+            {
                 "CTXADMIN_WORKER_CONCURRENCY": str(WORKER_CONCURRENCY),
                 "CTXADMIN_EMBEDDER": "hashing",
                 "REDIS_URL": url,
@@ -1365,15 +1361,10 @@ def start_service(var: Path) -> tuple[ServiceProcess, dict]:
                 "CTXADMIN_COMPACTION_LEASE_SECONDS": str(COMPACTION_LEASE_SECONDS),
             },
         )
-        try:
-            service.wait_up()
-        except BaseException:
-            service.stop()
-            raise
     except BaseException:
         server.stop()
         raise
-    return service, redis
+    return service, {"server": server}
 
 
 def stop_service(service: ServiceProcess, redis: dict) -> None:
@@ -1694,9 +1685,9 @@ def _fault_notes(results: dict) -> list[str]:
 def run_section(command: str) -> list[str]:
     """Start the service, measure, stop it, splice the section into ``BENCHMARKS.md``; the
     targets not met."""
-    from bench.__main__ import REPORT, fresh_var, machine, postgres_version
+    from bench.__main__ import REPORT, machine, postgres_version
 
-    service, redis = start_service(fresh_var(stack.var_dir() / "load"))
+    service, redis = start_service(stack.var_dir() / "load")
     try:
         results = measure(service, redis)
         postgres = postgres_version(service.database_url)
