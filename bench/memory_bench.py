@@ -44,6 +44,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import math
 import multiprocessing
 import random
 import re
@@ -54,6 +55,7 @@ from collections import Counter
 from functools import lru_cache
 
 import psycopg
+from psycopg import sql
 
 from bench import locomo
 
@@ -70,9 +72,11 @@ DIMENSION = 384
 TS_CONFIG = "english"
 VOCABULARY = 50_000
 HNSW_QUERIES = 50
-# The service's HNSW settings (``memory.services``): its ef_search for a limit of 10 is
-# max(100, 2 * limit), and an iterative scan may visit up to MAX_SCAN_TUPLES tuples.
-API_EF_SEARCH = 100
+# The service's HNSW settings (``memory.services``): over a scope's own index, its
+# ef_search for a limit of 10 is API_EF_SEARCH (CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH's
+# default) at 100,000 entries, scaled by the square root below (``api_ef_search``), and an
+# iterative scan may visit up to MAX_SCAN_TUPLES tuples.
+API_EF_SEARCH = 400
 MAX_SCAN_TUPLES = 100_000
 SCAN_MEM_MULTIPLIER = 16
 EF_SWEEP = (40, 100, 200, 400, 800)
@@ -492,6 +496,13 @@ def bulk_load(database_url: str, app_id: int, plan: list[tuple[str, int]], words
         psycopg.connect(database_url, autocommit=True) as conn,
     ):
         conn.execute("DROP INDEX IF EXISTS memory_embedding_hnsw")
+        # The loaded scopes' own indexes too: built again after the load
+        # (``scope_indexes``), as the beat's maintainer would.
+        for (index_id,) in conn.execute(
+            "DELETE FROM memory_scopeindex WHERE app_id = %s AND user_id = ANY(%s) RETURNING id",
+            (app_id, sorted({user for user, _count in plan})),
+        ).fetchall():
+            conn.execute(f"DROP INDEX IF EXISTS memory_scope_vec_{int(index_id)}")
         conn.execute(
             "CREATE TEMP TABLE bench_stage (user_id text, content text, sha text, bytes int, "
             "embedding text)"
@@ -534,6 +545,29 @@ def bulk_load(database_url: str, app_id: int, plan: list[tuple[str, int]], words
         ]
     timings["total_s"] = round(time.perf_counter() - started, 1)
     return timings
+
+
+def scope_indexes(service, app_id: int, users: set[str]) -> dict:
+    """Build the loaded scopes' own vector indexes now (``manage.py scope_indexes``, waiting
+    for the beat's maintainer if it is running): how many, their build seconds in all and
+    the largest scope's."""
+    started = time.perf_counter()
+    report = json.loads(service.manage("scope_indexes", "--wait"))
+    elapsed = time.perf_counter() - started
+    with psycopg.connect(service.database_url) as conn:
+        rows = conn.execute(
+            "SELECT entries, build_seconds FROM memory_scopeindex "
+            "WHERE app_id = %s AND user_id = ANY(%s) AND state = 'ready' ORDER BY entries DESC",
+            (app_id, sorted(users)),
+        ).fetchall()
+    if report["more"]:
+        raise RuntimeError("scope indexes: a scope still waits for its index")
+    return {
+        "scope_indexes": len(rows),
+        "scope_index_build_s": round(sum(seconds for _entries, seconds in rows), 1),
+        "largest_scope_index_build_s": round(rows[0][1], 1) if rows else 0,
+        "scope_indexes_wall_s": round(elapsed, 1),
+    }
 
 
 def server_ms(log, offset: int, app_id: int, mode: str, count: int) -> list[float]:
@@ -623,6 +657,12 @@ def entry_queries(database_url: str, app_id: int, user: str, count: int) -> list
     return queries
 
 
+def api_ef_search(entries: int) -> int:
+    """The service's ef_search for limit 10 over a scope's own index of ``entries``
+    (``memory.scope_index.ef_search`` with the default setting)."""
+    return max(100, round(API_EF_SEARCH * math.sqrt(min(1.0, entries / 100_000))))
+
+
 def _hnsw_top10(
     database_url: str,
     app_id: int,
@@ -631,20 +671,40 @@ def _hnsw_top10(
     ef_search: int,
     *,
     force: bool = False,
-) -> tuple[list[set], list[float], bool]:
-    """The service's vector query and settings (``memory.services._vector``) with another
-    ``hnsw.ef_search``: the top 10 of each vector, the milliseconds each took, and whether
-    the planner chose the HNSW index (for the first vector). ``force``: sorting is off, so
-    the planner takes the index whatever it costs."""
-    sql = (
-        "SELECT id::text FROM memory_memoryentry "
-        "WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL "
-        "AND (expires_at IS NULL OR expires_at > now()) "  # live entries, as the service
-        "ORDER BY embedding <=> %s::vector LIMIT 10"
-    )
-    found, samples, uses_hnsw = [], [], False
+) -> tuple[list[set], list[float], str]:
+    """The service's vector query and settings (``memory.services._vector``: over the
+    scope's own index when it has one, else the shared one) with another
+    ``hnsw.ef_search``: the top 10 of each vector, the milliseconds each took, and the plan
+    the planner chose for the first vector (``own index``, ``shared index`` or ``exact``).
+    ``force``: sorting is off, so the planner takes an index whatever it costs."""
     with psycopg.connect(database_url, autocommit=True) as conn:
+        own = conn.execute(
+            "SELECT id FROM memory_scopeindex WHERE app_id = %s AND user_id = %s "
+            "AND state = 'ready'",
+            (app_id, user),
+        ).fetchone()
+        live = "(expires_at IS NULL OR expires_at > now())"  # live entries, as the service
+        if own:
+            scope = (
+                f"app_id = {int(app_id)} AND user_id = {sql.Literal(user).as_string(conn)} "
+                f"AND embedding_model = {sql.Literal(_embedder().name).as_string(conn)}"
+            )
+            half = f"halfvec({DIMENSION})"
+            statement = (
+                f"SELECT id::text FROM memory_memoryentry WHERE {scope} "  # noqa: S608
+                f"AND embedding IS NOT NULL AND {live} "
+                f"ORDER BY embedding::{half} <=> %(v)s::{half} LIMIT 10"
+            )
+        else:
+            statement = (
+                "SELECT id::text FROM memory_memoryentry "  # noqa: S608
+                f"WHERE app_id = {int(app_id)} AND user_id = %(user)s "
+                f"AND embedding IS NOT NULL AND {live} "
+                "ORDER BY embedding <=> %(v)s::vector LIMIT 10"
+            )
+        found, samples, plan_name = [], [], "exact"
         for position, vector in enumerate(vectors):
+            params = {"v": vector, "user": user}
             started = time.perf_counter()
             with conn.transaction():
                 conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
@@ -653,13 +713,16 @@ def _hnsw_top10(
                 conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
                 if force:
                     conn.execute("SET LOCAL enable_sort = off")
-                rows = conn.execute(sql, (app_id, user, vector)).fetchall()
+                rows = conn.execute(statement, params).fetchall()
                 samples.append((time.perf_counter() - started) * 1000)
                 if position == 0:
-                    plan = conn.execute(f"EXPLAIN {sql}", (app_id, user, vector)).fetchall()
-                    uses_hnsw = any("memory_embedding_hnsw" in line for (line,) in plan)
+                    plan = str(conn.execute(f"EXPLAIN {statement}", params).fetchall())
+                    if "memory_scope_vec_" in plan:
+                        plan_name = "own index"
+                    elif "memory_embedding_hnsw" in plan:
+                        plan_name = "shared index"
             found.append({row[0] for row in rows})
-    return found, samples, uses_hnsw
+    return found, samples, plan_name
 
 
 def _overlap(found: list[set], exact: list[set]) -> float:
@@ -700,7 +763,7 @@ def _api_against_exact(api, user: str, queries: list[str], exact: list[list]) ->
 def hnsw_recall(api, database_url: str, app_id: int, user: str, queries: list[str]) -> dict:
     """The API's vector search against exact search in the scope (no index scans), for the
     generated queries and for words of the scope's own entries; and the service's query in
-    SQL at other ``hnsw.ef_search`` values (the API's, for limit 10, is ``API_EF_SEARCH``)."""
+    SQL at other ``hnsw.ef_search`` values (the API's, for limit 10: ``api_ef_search``)."""
     from bench.__main__ import percentiles
 
     vectors = [vector_text(query) for query in queries]
@@ -716,14 +779,14 @@ def hnsw_recall(api, database_url: str, app_id: int, user: str, queries: list[st
     top10 = [{entry_id for entry_id, _similarity in ranked[:10]} for ranked in exact]
     sweep = []
     for ef_search in EF_SWEEP:
-        found, samples, uses_hnsw = _hnsw_top10(database_url, app_id, user, vectors, ef_search)
+        found, samples, plan = _hnsw_top10(database_url, app_id, user, vectors, ef_search)
         point = {
             "ef_search": ef_search,
-            "plan": "hnsw" if uses_hnsw else "exact",
+            "plan": plan,
             "recall_at_10": _overlap(found, top10),
             "sql_ms": percentiles(samples),
         }
-        if not uses_hnsw:
+        if plan == "exact":
             found, samples, _ = _hnsw_top10(
                 database_url, app_id, user, vectors, ef_search, force=True
             )
@@ -762,6 +825,7 @@ def scale(
             if size != small:
                 plan = [(user, size - small)]
             load = bulk_load(database_url, app_id, plan, words)
+            load.update(scope_indexes(service, app_id, {user for user, _count in plan}))
             phase = {
                 "scope_rows": size,
                 "other_scopes": others,
@@ -997,7 +1061,8 @@ def _scale_report(results: dict) -> str:
         loads.append(
             f"| {load['rows']:,} | {load['table_rows']:,} | {load['generate_embed_copy_s']} | "
             f"{load['insert_s']} | {load['hnsw_build_s']} | {load['analyze_s']} | "
-            f"{load['total_s']} |"
+            f"{load['total_s']} | {load['scope_indexes']} | {load['scope_index_build_s']} | "
+            f"{load['largest_scope_index_build_s']} |"
         )
         hnsw = phase["hnsw"]
         for kind, label in (("generated", "generated"), ("from_entries", "words of an entry")):
@@ -1021,17 +1086,24 @@ def _scale_report(results: dict) -> str:
                 f"{point['sql_ms']['p50']} | {point['sql_ms']['p95']} | {forced_cell} |"
             )
     first = results["phases"][0]
+    api_efs = " and ".join(
+        f"{api_ef_search(phase['scope_rows'])} at {phase['scope_rows']:,} entries"
+        for phase in results["phases"]
+    )
     return f"""### Search latency at scale
 
 One user's scope, beside {first["other_scopes"]} other scopes of
 {first["other_scope_rows"]:,} entries each, loaded directly with `COPY` as the service writes
 entries (`to_tsvector('{TS_CONFIG}', content)`, the hashing embedding computed in Python),
-with the HNSW index (m = 16, ef_construction = 64) dropped during each load and built again
-after. Text: 8-60 words drawn from a Zipf distribution over LoCoMo's vocabulary and a long
-tail of made-up words ({VOCABULARY:,} words); queries: 3-8 words of the same. Latency is the
-client's, through the API (limit 10, {results["queries"]} distinct queries per mode, after 3
-warm-up calls), and the service's own time for the same searches ("server": the `ms` of its
-`memory_search` log lines, from embedding the query to the hits' rows).
+with the shared HNSW index (m = 16, ef_construction = 64) and the loaded scopes' own indexes
+dropped during each load and built again after (every scope here holds at least 10,000
+entries, so each has its own index: `memory/scope_index.py`, built by `manage.py
+scope_indexes` as the beat's maintainer would). Text: 8-60 words drawn from a Zipf
+distribution over LoCoMo's vocabulary and a long tail of made-up words ({VOCABULARY:,}
+words); queries: 3-8 words of the same. Latency is the client's, through the API (limit 10,
+{results["queries"]} distinct queries per mode, after 3 warm-up calls), and the service's
+own time for the same searches ("server": the `ms` of its `memory_search` log lines, from
+embedding the query to the hits' rows).
 
 | scope entries | mode | p50 ms | p95 ms | server p50 ms | server p95 ms | mean hits |
 | --- | --- | --- | --- | --- | --- | --- |
@@ -1045,8 +1117,20 @@ warm-up calls), and the service's own time for the same searches ("server": the 
 
 Loads (seconds):
 
-| rows added | rows after | text, embedding, COPY | tsvector, write | HNSW build | VACUUM | total |
-| --- | --- | --- | --- | --- | --- | --- |
+{
+        _table_head(
+            "rows added",
+            "rows after",
+            "text, embedding, COPY",
+            "tsvector, write",
+            "shared HNSW build",
+            "VACUUM",
+            "total",
+            "scope indexes built",
+            "their build time",
+            "the largest's",
+        )
+    }
 {chr(10).join(loads)}
 
 HNSW recall@10 of the API's vector search against the exact top 10 of the scope (index scans
@@ -1059,14 +1143,15 @@ similarity at ranks 1 / 10 / 11 / {EXACT_DEPTH} (how far apart the neighbours ar
 | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(recalls)}
 
-The same vector query in SQL, with the service's settings (iterative scan, relaxed order, up
-to {MAX_SCAN_TUPLES:,} tuples) but other `hnsw.ef_search` values (the API's for limit 10:
-{API_EF_SEARCH}); the plan PostgreSQL chose ("exact": the scope's rows sorted by
-distance), recall@10 against the exact top 10, and the statement's time; where the planner
-chose the exact plan, also the HNSW index forced (`enable_sort = off`; "=": the plan was
-HNSW already):
+The same vector query in SQL, as the service sends it (over the scope's own index: the
+scope as literals, the distance in `halfvec`), with its settings (iterative scan, relaxed
+order, up to {MAX_SCAN_TUPLES:,} tuples) but other `hnsw.ef_search` values (the API's for
+limit 10: {api_efs}); the plan PostgreSQL chose ("own index", "shared index", or
+"exact": the scope's rows sorted by distance), recall@10 against the exact top 10, and the
+statement's time; where the planner chose the exact plan, also an index forced
+(`enable_sort = off`; "=": the plan was an index already):
 
-| scope entries | ef_search | plan | recall@10 | p50 ms | p95 ms | HNSW forced: recall@10 | p50 ms |
+| scope entries | ef_search | plan | recall@10 | p50 ms | p95 ms | forced: recall@10 | p50 ms |
 | --- | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(efs)}
 {_langgraph_report(results)}"""

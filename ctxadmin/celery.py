@@ -82,6 +82,7 @@ BEAT_SCHEDULE: dict[str, dict] = {
     "sweep-compactions": {"task": "sessions_app.sweep_compactions", "schedule": 60.0},
     "embed-pending-memories": {"task": "memory.embed_pending", "schedule": 60.0},
     "purge-expired-memories": {"task": "memory.purge_expired", "schedule": 60.0},
+    "maintain-scope-indexes": {"task": "memory.maintain_scope_indexes", "schedule": 120.0},
     # Its schedule is CTXADMIN_OUTBOX_SWEEP_SECONDS, set once the configuration is read.
     "drain-outbox": {"task": "memory.drain_outbox", "schedule": 10.0},
     "prune-outbox": {"task": "memory.prune_outbox", "schedule": 300.0},

@@ -149,6 +149,25 @@ CTXADMIN_EMBEDDING_DIMENSION = env.int(
 )
 CTXADMIN_EMBEDDER_CONNECTION = env.str("CTXADMIN_EMBEDDER_CONNECTION", "")
 CTXADMIN_EMBEDDER_MODEL = env.str("CTXADMIN_EMBEDDER_MODEL", "")
+# Large scopes' own vector indexes (memory/scope_index.py): built for scopes holding at
+# least MIN_ENTRIES entries (dropped below half of it), largest first, at most INDEXES_MAX
+# (0: none); searched with EF_SEARCH candidates at 100,000 entries (fewer in a smaller scope:
+# memory.scope_index.ef_search).
+CTXADMIN_MEMORY_SCOPE_INDEX_MIN_ENTRIES = env.int(
+    "CTXADMIN_MEMORY_SCOPE_INDEX_MIN_ENTRIES", 10_000, minimum=2
+)
+CTXADMIN_MEMORY_SCOPE_INDEXES_MAX = env.int(
+    "CTXADMIN_MEMORY_SCOPE_INDEXES_MAX", 200, minimum=0, maximum=10_000
+)
+CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH = env.int(
+    "CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH", 400, minimum=10, maximum=1000
+)
+CTXADMIN_MEMORY_SCOPE_INDEX_BUILD_SECONDS = env.int(
+    "CTXADMIN_MEMORY_SCOPE_INDEX_BUILD_SECONDS", 3600, minimum=60
+)
+CTXADMIN_MEMORY_SCOPE_INDEX_BUILD_MEMORY_MB = env.int(
+    "CTXADMIN_MEMORY_SCOPE_INDEX_BUILD_MEMORY_MB", 256, minimum=16, maximum=65536
+)
 
 # The durable ingestion outbox (memory/outbox.py).
 CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS = env.int("CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS", 10_000, minimum=1)

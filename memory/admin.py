@@ -22,6 +22,7 @@ from memory.models import (
     MemoryEntry,
     MemoryPolicy,
     OutboxJob,
+    ScopeIndex,
 )
 
 
@@ -295,6 +296,25 @@ class ErasureReceiptAdmin(_ReadOnly):
         "erasure_epoch",
         "created_at",
     ]
+
+
+@admin.register(ScopeIndex)
+class ScopeIndexAdmin(_ReadOnly):
+    """Large scopes' own vector indexes (built and dropped by
+    ``memory.maintain_scope_indexes``; ``manage.py scope_indexes`` runs it now)."""
+
+    list_display = [
+        "id",
+        "app",
+        "user_id",
+        "state",
+        "entries",
+        "embedding_model",
+        "build_seconds",
+        "created_at",
+        "ready_at",
+    ]
+    list_filter = ["app", "state"]
 
 
 @admin.register(OutboxJob)

@@ -360,3 +360,37 @@ class SearchCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.app_id} {self.hour:%Y-%m-%d %H}:00"
+
+
+class ScopeIndex(models.Model):
+    """A large scope's own vector index (``memory/scope_index.py``): a partial HNSW index
+    over that scope's embedded rows only, named ``memory_scope_vec_<id>``. Searches use it
+    once ``state`` is ``ready``; ``memory.maintain_scope_indexes`` builds, and drops, them."""
+
+    class State(models.TextChoices):
+        BUILDING = "building"
+        READY = "ready"
+
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user_id = models.CharField(max_length=128)
+    # The index covers this model's vectors only (its predicate names it).
+    embedding_model = models.CharField(max_length=128)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.BUILDING)
+    # The scope's entries when its build started, and how long the build took.
+    entries = models.BigIntegerField()
+    build_seconds = models.FloatField(null=True)
+    created_at = models.DateTimeField(db_default=Now())
+    ready_at = models.DateTimeField(null=True)
+
+    class Meta:
+        verbose_name_plural = "scope indexes"
+        constraints = [
+            models.UniqueConstraint(fields=["app", "user_id"], name="memory_scopeindex_scope"),
+        ]
+
+    def __str__(self) -> str:
+        return self.index_name
+
+    @property
+    def index_name(self) -> str:
+        return f"memory_scope_vec_{self.pk}"

@@ -23,7 +23,7 @@ from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object, uui
 from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.models import App
 from ctxadmin.pruning import is_secret_key, looks_like_secret
-from memory import erasure, governance
+from memory import erasure, governance, scope_index
 from memory import filters as memory_filters
 from sessions_app.events import EventError, parse_timestamp
 
@@ -57,8 +57,9 @@ MAX_SCAN_TUPLES = 100_000
 # The HNSW candidate list of a vector search (pgvector's default is 40): on the benchmark's
 # 100,000-entry scope, 100 found 0.48 of the exact top 10 against 0.37 at 40, for about 3 ms.
 HNSW_MIN_EF_SEARCH = 100
-# Up to this many entries in a scope, vector search is exact (a scan of the scope's rows is
-# cheaper than an approximate index walk through everyone else's, and finds all of them).
+# Up to this many entries in a scope without an index of its own (memory/scope_index.py),
+# vector search is exact (a scan of the scope's rows is cheaper than an approximate walk
+# through the shared index, which holds everyone else's too, and finds all of them).
 EXACT_SEARCH_MAX = 20_000
 # How many times the embedding task tries an entry the embedder refuses for its content.
 MAX_EMBED_FAILURES = 3
@@ -666,9 +667,10 @@ def _vector(
     app: App, user_id: str, request: SearchRequest, depth: int, embedder=None
 ) -> list[tuple]:
     """Cosine distance inside the scope, among the entries the configured embedder embedded
-    (a vector of another model is never compared). Exact in a small scope; else over the
-    HNSW index, whose iterative scans keep going until ``depth`` rows of this scope are
-    found, however small it is in the table."""
+    (a vector of another model is never compared). Over the scope's own HNSW index once it
+    has one (a large scope, ``memory/scope_index.py``); else exact in a small scope; else
+    over the shared HNSW index, whose iterative scans keep going until ``depth`` rows of
+    this scope are found, however small it is in the table."""
     from memory import embeddings
 
     embedder = embedder or embeddings.embedder_from_settings()
@@ -684,10 +686,16 @@ def _vector(
             exc.code, "The embedder could not embed the query.", status_code=502
         ) from None
     text = vector_text(vector)
-    if _scope_is_small(app, user_id):
+    scope = scope_index.plan(app.pk, user_id, embedder.name)
+    if scope.index_id is not None:
+        ef_search = scope_index.ef_search(scope.entries, depth)
+        return _vector_own_index(app, user_id, request, depth, embedder, text, ef_search)
+    if scope.entries <= EXACT_SEARCH_MAX:
         # Exact: the distance expression (``+ 0``) is one no index orders by, so the scope's
-        # own index finds its rows and every one of them is ranked.
-        with connection.cursor() as cursor:
+        # rows are found through its own index and every one of them is ranked. Read in the
+        # table's order (a bitmap scan) rather than the scope index's: one visit per page.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('enable_indexscan', 'off', true)")
             cursor.execute(
                 f"""
                 SELECT id::text, 1 - (embedding <=> %s::vector) AS score
@@ -701,11 +709,7 @@ def _vector(
             )
             return cursor.fetchall()
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
-        cursor.execute("SET LOCAL hnsw.scan_mem_multiplier = 16")
-        ef_search = max(HNSW_MIN_EF_SEARCH, min(1000, depth * 2))
-        cursor.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
+        _hnsw_settings(cursor, max(HNSW_MIN_EF_SEARCH, min(1000, depth * 2)))
         cursor.execute(
             f"""
             SELECT id::text, 1 - (embedding <=> %s::vector) AS score
@@ -721,16 +725,47 @@ def _vector(
     return sorted(rows, key=lambda row: -row[1])  # relaxed order: exact order by score
 
 
-def _scope_is_small(app: App, user_id: str) -> bool:
-    """Whether exact search is cheap here: at most ``EXACT_SEARCH_MAX`` entries in the scope
-    (the scope's statistics row, which the database keeps with its entries)."""
-    with connection.cursor() as cursor:
+def _hnsw_settings(cursor, ef_search: int) -> None:
+    """The transaction's HNSW scan settings, in one round trip: iterative scans in relaxed
+    order up to ``MAX_SCAN_TUPLES`` (so a scope, or a filter, that is a sliver of what the
+    index holds still gets its full depth), and ``ef_search`` candidates."""
+    cursor.execute(
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        " set_config('hnsw.max_scan_tuples', %s, true),"
+        " set_config('hnsw.scan_mem_multiplier', '16', true),"
+        " set_config('hnsw.ef_search', %s, true)",
+        [str(MAX_SCAN_TUPLES), str(ef_search)],
+    )
+
+
+def _vector_own_index(
+    app: App,
+    user_id: str,
+    request: SearchRequest,
+    depth: int,
+    embedder,
+    text: str,
+    ef_search: int,
+) -> list[tuple]:
+    """Over the scope's own HNSW index (``memory/scope_index.py``): the scope named by
+    literals, which the planner needs to use a partial index, and the distance in
+    ``halfvec``, which that index orders by; scores from the stored vectors."""
+    halfvec = scope_index.halfvec_type()
+    with transaction.atomic(), connection.cursor() as cursor:
+        _hnsw_settings(cursor, ef_search)
         cursor.execute(
-            "SELECT entries FROM memory_scopestats WHERE app_id = %s AND user_id = %s",
-            [app.pk, user_id],
+            f"""
+            SELECT id::text, 1 - (embedding <=> %s::vector) AS score
+              FROM memory_memoryentry
+             WHERE {scope_index.scope_predicate(app.pk, user_id, embedder.name)}
+               AND embedding IS NOT NULL AND {LIVE} AND ({request.filter_sql})
+             ORDER BY embedding::{halfvec} <=> %s::{halfvec}
+             LIMIT %s
+            """,  # noqa: S608 - literals quoted by psycopg, the filter compiled with placeholders
+            [text, *request.filter_params, text, depth],
         )
-        row = cursor.fetchone()
-    return row is None or row[0] <= EXACT_SEARCH_MAX
+        rows = cursor.fetchall()
+    return sorted(rows, key=lambda row: -row[1])  # relaxed order: exact order by score
 
 
 @dataclass(frozen=True)
@@ -812,15 +847,22 @@ SEARCH_COUNT_RETENTION_DAYS = 30
 
 
 def _count_search(app: App) -> None:
-    """One more search of the app this hour (the console's searches per app)."""
+    """One more search of the app this hour (the console's searches per app). A count, not
+    a record: outside a caller's transaction its commit does not wait for the disk
+    (``synchronous_commit`` off for the statement's own transaction; a crash may lose it),
+    so a search does not wait on a flush. Inside one, the caller's commit is left as is."""
+    upsert = (
+        "INSERT INTO memory_searchcount (app_id, hour, searches) "
+        "SELECT %s, date_trunc('hour', now()), 1 {source}"
+        "ON CONFLICT (app_id, hour) DO UPDATE SET searches = memory_searchcount.searches + 1"
+    )
+    if connection.in_atomic_block:
+        statement = upsert.format(source="")
+    else:
+        statement = "WITH no_wait AS (SELECT set_config('synchronous_commit', 'off', true)) "
+        statement += upsert.format(source="FROM no_wait ")
     with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO memory_searchcount (app_id, hour, searches) "
-            "VALUES (%s, date_trunc('hour', now()), 1) "
-            "ON CONFLICT (app_id, hour) DO UPDATE "
-            "SET searches = memory_searchcount.searches + 1",
-            [app.pk],
-        )
+        cursor.execute(statement, [app.pk])
 
 
 def prune_search_counts() -> int:

@@ -50,6 +50,22 @@ DRAIN_BUDGET_SECONDS = 50
 MAX_PRUNE_BATCHES_PER_RUN = 10
 
 
+@shared_task(
+    name="memory.maintain_scope_indexes",
+    soft_time_limit=settings.CTXADMIN_MEMORY_SCOPE_INDEX_BUILD_SECONDS + 60,
+    time_limit=settings.CTXADMIN_MEMORY_SCOPE_INDEX_BUILD_SECONDS + 120,
+)
+def maintain_scope_indexes() -> dict:
+    """Build (one per run) and drop large scopes' own vector indexes
+    (``memory/scope_index.py``); runs again at once while a scope waits for one."""
+    from memory import scope_index
+
+    result = scope_index.maintain(max_builds=1)
+    if result.get("more"):
+        maintain_scope_indexes.apply_async()
+    return result
+
+
 @shared_task(name="memory.drain_outbox")
 def drain_outbox(job_id: str | None = None) -> dict:
     """Claim and process due outbox jobs (``job_id`` first, when it is due) until none is

@@ -446,3 +446,27 @@ def test_a_memory_longer_than_an_embedding_input_is_embedded_from_its_beginning(
     assert rows.count() == 3 and stored["embedding_model"] == embedder.name
     for row in rows:
         assert [round(float(x), 5) for x in row.embedding] == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_is_counted_without_changing_the_connections_commit_mode():
+    """The search count's own commit does not wait for the disk; nothing else's changes: a
+    caller's transaction keeps ``synchronous_commit`` on, and so does the connection."""
+    from django.db import transaction
+
+    from memory.models import SearchCount
+    from memory.services import _count_search
+
+    tenant = make_tenant("acme")
+    client = tenant.client()
+    add(client, content="likes tea")
+    search(client, query="tea")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    with transaction.atomic():
+        _count_search(tenant.app)
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+    assert SearchCount.objects.get(app=tenant.app).searches == 2
