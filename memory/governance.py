@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 
 from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.canonical import fingerprint
@@ -192,6 +192,11 @@ def _consent_error(reason: str) -> ApiError:
 def _checked_terms(app: App, user_id: str) -> Policy:
     try:
         policy, granted = _read_terms(app, user_id)
+    except (OperationalError, InterfaceError):
+        # The database is unreachable (a restart, a failover): refused all the same, as
+        # 503 ``database_unavailable``, which tells the client to retry, not that consent
+        # is missing.
+        raise
     except Exception as exc:  # fail closed: a policy that cannot be read refuses
         logger.warning(
             "memory_consent_unverifiable", extra={"app": app.pk, "error": type(exc).__name__}
