@@ -1133,6 +1133,10 @@ Loads (seconds):
     }
 {chr(10).join(loads)}
 
+The beat's maintainer may start building a loaded scope's index as soon as the load commits,
+before `VACUUM`; the two exclude each other, so `VACUUM` then waits for the build, and its
+time above holds that wait.
+
 HNSW recall@10 of the API's vector search against the exact top 10 of the scope (index scans
 off; target >= 0.95), for {results["hnsw_queries"]} generated queries and for six consecutive
 words of as many of the scope's entries; with the share of queries whose nearest entry is
