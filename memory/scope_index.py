@@ -139,9 +139,9 @@ def _existing_indexes() -> dict[str, bool]:
             """
             SELECT c.relname, i.indisvalid
               FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-             WHERE i.indrelid = 'memory_memoryentry'::regclass AND c.relname LIKE %s
+             WHERE i.indrelid = 'memory_memoryentry'::regclass AND starts_with(c.relname, %s)
             """,
-            [INDEX_PREFIX + "%"],
+            [INDEX_PREFIX],
         )
         return dict(cursor.fetchall())
 
@@ -260,7 +260,9 @@ def maintain(*, max_builds: int = 1, wait: bool = False) -> dict:
         for name, valid in _existing_indexes().items():
             if name not in known or not valid:
                 _drop(name)
-                ScopeIndex.objects.filter(pk=int(name.removeprefix(INDEX_PREFIX))).delete()
+                suffix = name.removeprefix(INDEX_PREFIX)
+                if suffix.isdigit():
+                    ScopeIndex.objects.filter(pk=int(suffix)).delete()
                 dropped += 1
         built = failed = 0
         while enabled() and built + failed < max_builds:

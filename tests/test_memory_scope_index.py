@@ -236,10 +236,15 @@ def test_leftovers_of_a_build_that_died_are_dropped(small_threshold, tenant):
             f"CREATE INDEX {dead.index_name} ON memory_memoryentry (id) WHERE user_id = 'alice'"
         )
         cursor.execute("CREATE INDEX memory_scope_vec_999999 ON memory_memoryentry (id)")
+        cursor.execute("CREATE INDEX memory_scope_vec_extra ON memory_memoryentry (id)")
+        # Not of the family (an underscore is no wildcard here): left alone.
+        cursor.execute("CREATE INDEX memoryXscopeXvecX1 ON memory_memoryentry (id)")
 
     result = scope_index.maintain()
 
-    assert (result["dropped"], result["built"]) == (2, 1)
+    assert (result["dropped"], result["built"]) == (3, 1)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX memoryxscopexvecx1")
     row = ScopeIndex.objects.get()
     assert row.pk != dead.pk and row.state == "ready"
     assert list(indexes()) == [row.index_name]
