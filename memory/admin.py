@@ -313,6 +313,7 @@ class ScopeIndexAdmin(_ReadOnly):
         "build_seconds",
         "created_at",
         "ready_at",
+        "failed_at",
     ]
     list_filter = ["app", "state"]
 

@@ -370,6 +370,8 @@ class ScopeIndex(models.Model):
     class State(models.TextChoices):
         BUILDING = "building"
         READY = "ready"
+        # The build failed: no index, and the scope waits ``scope_index.RETRY_SECONDS``.
+        FAILED = "failed"
 
     app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
     user_id = models.CharField(max_length=128)
@@ -381,6 +383,7 @@ class ScopeIndex(models.Model):
     build_seconds = models.FloatField(null=True)
     created_at = models.DateTimeField(db_default=Now())
     ready_at = models.DateTimeField(null=True)
+    failed_at = models.DateTimeField(null=True)
 
     class Meta:
         verbose_name_plural = "scope indexes"

@@ -19,8 +19,9 @@ each write to the table a predicate check and each query's planning a look at it
 builds with ``CREATE INDEX CONCURRENTLY`` (writes go on meanwhile; searches use the shared
 index until the row is ``ready``) and drops, with ``DROP INDEX CONCURRENTLY``, the index of
 a scope that fell below half the threshold, was erased, or whose vectors are another
-model's; and any index of this family without a row (a build that died). One maintainer at
-a time: a session advisory lock.
+model's; and any index of this family without a row (a build that died). A build that fails
+(its time limit, say) leaves a ``failed`` row and no index, and its scope is tried again
+after ``RETRY_SECONDS``. One maintainer at a time: a session advisory lock.
 
 The predicate names the scope as literals (PostgreSQL uses a partial index only for a
 query whose own literals imply its predicate), so the scope search statement carries them
@@ -48,6 +49,8 @@ INDEX_PREFIX = "memory_scope_vec_"
 HALFVEC_MAX_DIMENSIONS = 4000
 M = 32
 EF_CONSTRUCTION = 128
+# A scope whose build failed is tried again after this long (its row says ``failed``).
+RETRY_SECONDS = 3600
 # ef_search is the configured one at this many entries, and never below the minimum.
 EF_SEARCH_AT = 100_000
 EF_SEARCH_MIN = 100
@@ -150,21 +153,27 @@ def _existing_indexes() -> dict[str, bool]:
 def _unwanted(embedding_model: str) -> list[ScopeIndex]:
     """Rows whose index goes: builds that died (no build runs while the caller holds the
     maintainer's lock), another model's, scopes below half the threshold or gone, and the
-    smallest scopes' beyond the maximum."""
+    smallest scopes' beyond the maximum; and failed builds' rows once their scope may be
+    tried again."""
     floor = max(1, settings.CTXADMIN_MEMORY_SCOPE_INDEX_MIN_ENTRIES // 2)
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT i.id, i.state, i.embedding_model, coalesce(s.entries, 0)
+            SELECT i.id, i.state, i.embedding_model, coalesce(s.entries, 0),
+                   i.failed_at < now() - make_interval(secs => %s)
               FROM memory_scopeindex i
               LEFT JOIN memory_scopestats s ON s.app_id = i.app_id AND s.user_id = i.user_id
              ORDER BY coalesce(s.entries, 0) DESC, i.id
-            """
+            """,
+            [RETRY_SECONDS],
         )
         rows = cursor.fetchall()
     unwanted, kept = [], 0
-    for index_id, state, model, entries in rows:
-        if (
+    for index_id, state, model, entries, may_retry in rows:
+        if state == ScopeIndex.State.FAILED:
+            if may_retry:
+                unwanted.append(index_id)
+        elif (
             state != ScopeIndex.State.READY
             or model != embedding_model
             or entries < floor
@@ -177,8 +186,10 @@ def _unwanted(embedding_model: str) -> list[ScopeIndex]:
 
 
 def _next_scope() -> tuple[int, str, int] | None:
-    """The largest scope at or above the threshold without an index, while there is room."""
-    if ScopeIndex.objects.count() >= settings.CTXADMIN_MEMORY_SCOPE_INDEXES_MAX:
+    """The largest scope at or above the threshold without an index (nor a recent failed
+    build), while there is room."""
+    holding = ScopeIndex.objects.exclude(state=ScopeIndex.State.FAILED).count()
+    if holding >= settings.CTXADMIN_MEMORY_SCOPE_INDEXES_MAX:
         return None
     with connection.cursor() as cursor:
         cursor.execute(
@@ -221,7 +232,11 @@ def _build(app_id: int, user_id: str, entries: int, embedding_model: str) -> boo
             extra={"app": app_id, "index": row.pk, "entries": entries, "error": type(exc).__name__},
         )
         _drop(row.index_name)
-        row.delete()
+        ScopeIndex.objects.filter(pk=row.pk).update(
+            state=ScopeIndex.State.FAILED,
+            build_seconds=round(time.monotonic() - started, 3),
+            failed_at=timezone.now(),
+        )
         return False
     seconds = round(time.monotonic() - started, 3)
     ScopeIndex.objects.filter(pk=row.pk).update(
@@ -253,10 +268,11 @@ def maintain(*, max_builds: int = 1, wait: bool = False) -> dict:
         embedding_model = embeddings.embedder_from_settings().name
         dropped = 0
         for row in _unwanted(embedding_model) if enabled() else ScopeIndex.objects.all():
-            name = row.index_name
+            name, had_index = row.index_name, row.state != ScopeIndex.State.FAILED
             row.delete()  # searches stop using it first
-            _drop(name)
-            dropped += 1
+            if had_index:
+                _drop(name)
+                dropped += 1
         known = {INDEX_PREFIX + str(pk) for pk in ScopeIndex.objects.values_list("pk", flat=True)}
         for name, valid in _existing_indexes().items():
             if name not in known or not valid:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -250,14 +251,34 @@ def test_leftovers_of_a_build_that_died_are_dropped(small_threshold, tenant):
     assert list(indexes()) == [row.index_name]
 
 
-def test_a_failed_build_leaves_nothing_behind(small_threshold, tenant, monkeypatch):
+def test_a_failed_build_leaves_no_index_and_is_tried_again_an_hour_later(
+    small_threshold, tenant, monkeypatch
+):
     fill(tenant.client(), "alice", 30)
     monkeypatch.setattr(scope_index, "M", 1000)  # pgvector refuses m above 100
 
     result = scope_index.maintain()
 
-    assert (result["built"], result["failed"], result["more"]) == (0, 1, True)
-    assert not ScopeIndex.objects.exists() and indexes() == {}
+    assert (result["built"], result["failed"], result["more"]) == (0, 1, False)
+    failed = ScopeIndex.objects.get()
+    assert failed.state == "failed" and failed.failed_at is not None
+    assert indexes() == {}
+    # Not tried again at once (a build that fails would fail at every run of the beat)...
+    assert scope_index.maintain() == {
+        "locked": True,
+        "dropped": 0,
+        "built": 0,
+        "failed": 0,
+        "more": False,
+    }
+    assert vector_search(tenant.client(), "alice", "garden", limit=100)  # exact meanwhile
+    # ...but once the hour has passed.
+    monkeypatch.setattr(scope_index, "M", 32)
+    ScopeIndex.objects.filter(pk=failed.pk).update(
+        failed_at=failed.failed_at - timedelta(seconds=scope_index.RETRY_SECONDS + 1)
+    )
+    assert scope_index.maintain()["built"] == 1
+    assert ScopeIndex.objects.get().state == "ready"
 
 
 def test_one_maintainer_at_a_time(small_threshold, tenant):
