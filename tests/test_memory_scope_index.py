@@ -52,7 +52,8 @@ def indexes() -> dict[str, str]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT indexname, indexdef FROM pg_indexes "
-            "WHERE tablename = 'memory_memoryentry' AND indexname LIKE 'memory_scope_vec_%%'"
+            "WHERE tablename = 'memory_memoryentry' AND starts_with(indexname, %s)",
+            [scope_index.INDEX_PREFIX],
         )
         return dict(cursor.fetchall())
 
