@@ -694,48 +694,64 @@ def _vector(
         # Exact: the distance expression (``+ 0``) is one no index orders by, so the scope's
         # rows are found through its own index and every one of them is ranked. Read in the
         # table's order (a bitmap scan) rather than the scope index's: one visit per page.
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('enable_indexscan', 'off', true)")
-            cursor.execute(
-                f"""
-                SELECT id::text, 1 - (embedding <=> %s::vector) AS score
-                  FROM memory_memoryentry
-                 WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL
-                   AND embedding_model = %s AND {LIVE} AND ({request.filter_sql})
-                 ORDER BY (embedding <=> %s::vector) + 0
-                 LIMIT %s
-                """,  # noqa: S608 - the filter is compiled with placeholders only
-                [text, app.pk, user_id, embedder.name, *request.filter_params, text, depth],
-            )
-            return cursor.fetchall()
-    with transaction.atomic(), connection.cursor() as cursor:
-        _hnsw_settings(cursor, max(HNSW_MIN_EF_SEARCH, min(1000, depth * 2)))
-        cursor.execute(
+        return _under_settings(
+            {"enable_indexscan": "off"},
             f"""
             SELECT id::text, 1 - (embedding <=> %s::vector) AS score
               FROM memory_memoryentry
              WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL
                AND embedding_model = %s AND {LIVE} AND ({request.filter_sql})
-             ORDER BY embedding <=> %s::vector
+             ORDER BY (embedding <=> %s::vector) + 0
              LIMIT %s
             """,  # noqa: S608 - the filter is compiled with placeholders only
             [text, app.pk, user_id, embedder.name, *request.filter_params, text, depth],
         )
-        rows = cursor.fetchall()
+    rows = _under_settings(
+        _hnsw_settings(max(HNSW_MIN_EF_SEARCH, min(1000, depth * 2))),
+        f"""
+        SELECT id::text, 1 - (embedding <=> %s::vector) AS score
+          FROM memory_memoryentry
+         WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL
+           AND embedding_model = %s AND {LIVE} AND ({request.filter_sql})
+         ORDER BY embedding <=> %s::vector
+         LIMIT %s
+        """,  # noqa: S608 - the filter is compiled with placeholders only
+        [text, app.pk, user_id, embedder.name, *request.filter_params, text, depth],
+    )
     return sorted(rows, key=lambda row: -row[1])  # relaxed order: exact order by score
 
 
-def _hnsw_settings(cursor, ef_search: int) -> None:
-    """The transaction's HNSW scan settings, in one round trip: iterative scans in relaxed
-    order up to ``MAX_SCAN_TUPLES`` (so a scope, or a filter, that is a sliver of what the
-    index holds still gets its full depth), and ``ef_search`` candidates."""
-    cursor.execute(
-        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-        " set_config('hnsw.max_scan_tuples', %s, true),"
-        " set_config('hnsw.scan_mem_multiplier', '16', true),"
-        " set_config('hnsw.ef_search', %s, true)",
-        [str(MAX_SCAN_TUPLES), str(ef_search)],
-    )
+def _hnsw_settings(ef_search: int) -> dict[str, str]:
+    """HNSW scan settings: iterative scans in relaxed order up to ``MAX_SCAN_TUPLES`` (so a
+    scope, or a filter, that is a sliver of what the index holds still gets its full depth),
+    and ``ef_search`` candidates."""
+    return {
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.max_scan_tuples": str(MAX_SCAN_TUPLES),
+        "hnsw.scan_mem_multiplier": "16",
+        "hnsw.ef_search": str(ef_search),
+    }
+
+
+def _under_settings(configuration: dict[str, str], statement: str, params: list) -> list[tuple]:
+    """The rows of ``statement`` run with ``configuration`` (settings) for it alone, in one
+    round trip. Outside a transaction, the settings and the statement are one query string,
+    which PostgreSQL runs as one implicit transaction: ``set_config(…, true)`` lasts for that
+    transaction alone. Inside a caller's, they run in a savepoint that is rolled back after:
+    a release would keep the settings until the caller's commit."""
+    configure = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(configuration))
+    configure_params = [value for pair in configuration.items() for value in pair]
+    with connection.cursor() as cursor:
+        if not connection.in_atomic_block:
+            cursor.execute(f"{configure}; {statement}", [*configure_params, *params])
+            cursor.nextset()
+            return cursor.fetchall()
+        with transaction.atomic():
+            cursor.execute(configure, configure_params)
+            cursor.execute(statement, params)
+            rows = cursor.fetchall()
+            transaction.set_rollback(True)
+        return rows
 
 
 def _vector_own_index(
@@ -751,20 +767,18 @@ def _vector_own_index(
     literals, which the planner needs to use a partial index, and the distance in
     ``halfvec``, which that index orders by; scores from the stored vectors."""
     halfvec = scope_index.halfvec_type()
-    with transaction.atomic(), connection.cursor() as cursor:
-        _hnsw_settings(cursor, ef_search)
-        cursor.execute(
-            f"""
-            SELECT id::text, 1 - (embedding <=> %s::vector) AS score
-              FROM memory_memoryentry
-             WHERE {scope_index.scope_predicate(app.pk, user_id, embedder.name)}
-               AND embedding IS NOT NULL AND {LIVE} AND ({request.filter_sql})
-             ORDER BY embedding::{halfvec} <=> %s::{halfvec}
-             LIMIT %s
-            """,  # noqa: S608 - literals quoted by psycopg, the filter compiled with placeholders
-            [text, *request.filter_params, text, depth],
-        )
-        rows = cursor.fetchall()
+    rows = _under_settings(
+        _hnsw_settings(ef_search),
+        f"""
+        SELECT id::text, 1 - (embedding <=> %s::vector) AS score
+          FROM memory_memoryentry
+         WHERE {scope_index.scope_predicate(app.pk, user_id, embedder.name)}
+           AND embedding IS NOT NULL AND {LIVE} AND ({request.filter_sql})
+         ORDER BY embedding::{halfvec} <=> %s::{halfvec}
+         LIMIT %s
+        """,  # noqa: S608 - literals quoted by psycopg, the filter compiled with placeholders
+        [text, *request.filter_params, text, depth],
+    )
     return sorted(rows, key=lambda row: -row[1])  # relaxed order: exact order by score
 
 
@@ -846,23 +860,35 @@ def _lexical_then_vector(app: App, user_id: str, request: SearchRequest, embedde
 SEARCH_COUNT_RETENTION_DAYS = 30
 
 
-def _count_search(app: App) -> None:
-    """One more search of the app this hour (the console's searches per app). A count, not
-    a record: outside a caller's transaction its commit does not wait for the disk
-    (``synchronous_commit`` off for the statement's own transaction; a crash may lose it),
-    so a search does not wait on a flush. Inside one, the caller's commit is left as is."""
-    upsert = (
-        "INSERT INTO memory_searchcount (app_id, hour, searches) "
-        "SELECT %s, date_trunc('hour', now()), 1 {source}"
-        "ON CONFLICT (app_id, hour) DO UPDATE SET searches = memory_searchcount.searches + 1"
+_COUNT_SEARCH = (
+    "INSERT INTO memory_searchcount (app_id, hour, searches) "
+    "VALUES (%s, date_trunc('hour', now()), 1) "
+    "ON CONFLICT (app_id, hour) DO UPDATE SET searches = memory_searchcount.searches + 1"
+)
+
+
+def _counted(app: App, statement: str = "", params: list | None = None) -> list[tuple]:
+    """The rows of ``statement`` (none without one), with one more search of the app this
+    hour counted (the console's searches per app) in the same round trip. A count, not a
+    record: outside a caller's transaction, the query string's own transaction does not wait
+    for the disk at its commit (``synchronous_commit`` off for it alone; a crash may lose
+    the count), so a search does not wait on a flush. Inside one, the caller's commit is
+    left as is."""
+    parts = (
+        []
+        if connection.in_atomic_block
+        else ["SELECT set_config('synchronous_commit', 'off', true)"]
     )
-    if connection.in_atomic_block:
-        statement = upsert.format(source="")
-    else:
-        statement = "WITH no_wait AS (SELECT set_config('synchronous_commit', 'off', true)) "
-        statement += upsert.format(source="FROM no_wait ")
+    parts.append(_COUNT_SEARCH)
+    if statement:
+        parts.append(statement)
     with connection.cursor() as cursor:
-        cursor.execute(statement, [app.pk])
+        cursor.execute("; ".join(parts), [app.pk, *(params or [])])
+        if not statement:
+            return []
+        for _earlier in parts[1:]:
+            cursor.nextset()
+        return cursor.fetchall()
 
 
 def prune_search_counts() -> int:
@@ -903,7 +929,6 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
     if request.min_score is not None:
         ranked = [(entry_id, score) for entry_id, score in ranked if score >= request.min_score]
     hits = _hits(app, user_id, ranked, score_type)
-    _count_search(app)
     logger.info(
         "memory_search",
         extra={
@@ -917,15 +942,15 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
 
 
 def _hits(app: App, user_id: str, ranked: list[tuple[str, float]], score_type: str) -> list[dict]:
-    if not ranked:
-        return []
-    with connection.cursor() as cursor:
-        cursor.execute(
+    """The ranked entries that are still live, as hits; the search counted with them."""
+    statement, params = "", []
+    if ranked:
+        statement = (
             f"SELECT {_HIT_COLUMNS} FROM memory_memoryentry "  # noqa: S608
-            f"WHERE app_id = %s AND user_id = %s AND id = ANY(%s::uuid[]) AND {LIVE}",
-            [app.pk, user_id, [entry_id for entry_id, _score in ranked]],
+            f"WHERE app_id = %s AND user_id = %s AND id = ANY(%s::uuid[]) AND {LIVE}"
         )
-        rows = {row[0]: row for row in cursor.fetchall()}
+        params = [app.pk, user_id, [entry_id for entry_id, _score in ranked]]
+    rows = {row[0]: row for row in _counted(app, statement, params)}
     from sessions_app.store import decode
 
     hits = []

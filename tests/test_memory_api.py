@@ -455,7 +455,7 @@ def test_a_search_is_counted_without_changing_the_connections_commit_mode():
     from django.db import transaction
 
     from memory.models import SearchCount
-    from memory.services import _count_search
+    from memory.services import _counted
 
     tenant = make_tenant("acme")
     client = tenant.client()
@@ -465,7 +465,7 @@ def test_a_search_is_counted_without_changing_the_connections_commit_mode():
         cursor.execute("SHOW synchronous_commit")
         assert cursor.fetchone()[0] == "on"
     with transaction.atomic():
-        _count_search(tenant.app)
+        _counted(tenant.app)
         with connection.cursor() as cursor:
             cursor.execute("SHOW synchronous_commit")
             assert cursor.fetchone()[0] == "on"

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 
 from memory import scope_index
 from memory.models import MemoryEntry, ScopeIndex
@@ -349,3 +350,50 @@ def test_the_management_command_builds_now_and_reports(small_threshold, tenant):
 def test_the_candidate_list_scales_with_the_scope(settings, entries, depth, expected):
     settings.CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH = 400
     assert scope_index.ef_search(entries, depth) == expected
+
+
+@pytest.mark.parametrize("path", ["exact", "shared index", "own index"])
+def test_a_vector_searchs_scan_settings_end_with_its_statement(
+    small_threshold, tenant, monkeypatch, path
+):
+    """A vector search's scan settings (index scans off for an exact search, the HNSW
+    candidate list and iterative scan for an index scan) go with its statement in one round
+    trip, and the search count with the hits in another; the settings end with the
+    statement: after it, outside a transaction and inside a caller's, the connection's
+    settings are what they were. The ranking is the exact one."""
+    from django.db import transaction
+
+    from memory import services
+
+    api = tenant.client()
+    fill(api, "alice", 40)
+    if path == "own index":
+        assert scope_index.maintain(max_builds=1)["built"] == 1
+    if path == "shared index":
+        monkeypatch.setattr(services, "EXACT_SEARCH_MAX", 0)
+    request = services.parse_search({"query": "garden basil", "mode": "vector"})
+    names = ("enable_indexscan", "hnsw.ef_search", "hnsw.iterative_scan")
+
+    def current() -> tuple:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT " + ", ".join(["current_setting(%s)"] * len(names)), names)
+            return cursor.fetchone()
+
+    services.search(tenant.app, "alice", request)  # loads pgvector's settings
+    before = current()
+    assert before == ("on", "40", "off")
+
+    with CaptureQueriesContext(connection) as captured:
+        outside = services.search(tenant.app, "alice", request)
+    assert current() == before
+    # The policy; the scope's plan; the settings with the search; the count with the hits.
+    statements = [query["sql"] for query in captured.captured_queries]
+    assert len(statements) == 4, statements
+    assert "set_config" in statements[2] and "ORDER BY" in statements[2]
+    assert "memory_searchcount" in statements[3] and "memory_memoryentry" in statements[3]
+    with transaction.atomic():
+        inside = services.search(tenant.app, "alice", request)
+        assert current() == before
+    assert current() == before
+    assert [hit["id"] for hit in inside] == [hit["id"] for hit in outside]
+    assert [round(hit["score"], 6) for hit in outside] == exact_scores("alice", "garden basil")
