@@ -18,7 +18,10 @@ server, in a freshly created database (``PEER_DB``), and times the same vector s
   queries after 3 warm-up calls;
 * recall@10 against the exact top 10 of the namespace (its vectors sorted by distance with
   index scans off), for the benchmark's generated queries and for words of the scope's
-  entries; the hits returned, and the plan PostgreSQL chose for the store's query.
+  entries; the hits returned, and the plan PostgreSQL chose for the store's query;
+* the same, with larger HNSW candidate lists (``EF_SWEEP``, set on the store's connection:
+  the store has no setting of its own for it), to see at what time, if any, it reaches
+  ctxadmin's recall.
 
 LangGraph is imported only when the peer runs (``.[bench]`` installs it).
 """
@@ -46,6 +49,9 @@ DIMENSION = 384
 LIMIT = 10
 PUT_BATCH = 1_000
 WARMUP = 3
+# hnsw.ef_search values beyond pgvector's default of 40 (the store's own search), up to
+# pgvector's largest.
+EF_SWEEP = (100, 200, 400, 1000)
 INDEX = "store_vectors_embedding_idx"
 MAINTENANCE_WORK_MEM = "512MB"  # as the benchmark builds ctxadmin's HNSW index
 PLAN_NODES = ("->  Limit", "->  Nested Loop", "->  Index Scan", "->  Seq Scan", "->  Bitmap")
@@ -223,8 +229,8 @@ class Peer:
                 for query in queries
             ]
 
-    def recall(self, user: str, queries: list[str]) -> dict:
-        exact = self._exact(user, queries)
+    def recall(self, user: str, queries: list[str], exact: list[list[str]] | None = None) -> dict:
+        exact = exact if exact is not None else self._exact(user, queries)
         shares, nearest, hits = [], [], []
         for query, wanted in zip(queries, exact, strict=True):
             found = {item.key for item in self._search(user, query)}
@@ -238,6 +244,26 @@ class Peer:
             "mean_hits": round(statistics.mean(hits), 1),
             "queries": len(shares),
         }
+
+    def ef_sweep(self, user: str, timed: list[str], generated: list[str]) -> list[dict]:
+        """The store's search with each ``EF_SWEEP`` candidate list, set on its connection
+        for the session and reset after: in-process p50/p95 over the timed queries and
+        recall@10 for the generated ones."""
+        exact = self._exact(user, generated)
+        points = []
+        try:
+            for ef_search in EF_SWEEP:
+                self.store.conn.execute(f"SET hnsw.ef_search = {int(ef_search)}")
+                points.append(
+                    {
+                        "ef_search": ef_search,
+                        "latency_ms": self.latency(user, timed),
+                        "recall": self.recall(user, generated, exact),
+                    }
+                )
+        finally:
+            self.store.conn.execute("RESET hnsw.ef_search")
+        return points
 
     def plan(self, user: str, query: str) -> dict:
         """The store's search statement for ``query`` (built by the store itself), run under
@@ -295,6 +321,7 @@ class Peer:
                 "from_entries": self.recall(user, from_entries),
             },
             "plan": self.plan(user, timed[0]),
+            "ef_sweep": self.ef_sweep(user, timed, generated),
         }
 
     def notes(self) -> dict:

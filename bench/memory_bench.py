@@ -1170,7 +1170,7 @@ def _langgraph_report(results: dict) -> str:
     notes = results.get("langgraph")
     if not notes:
         return ""
-    rows, kinds, loads, plans, targets = [], [], [], [], []
+    rows, kinds, loads, plans, targets, sweeps = [], [], [], [], [], []
     for phase in results["phases"]:
         size = f"{phase['scope_rows']:,}"
         peer = phase["langgraph"]
@@ -1193,6 +1193,13 @@ def _langgraph_report(results: dict) -> str:
                 f"| {size} | {label} | {mine['recall_at_10']:.3f} | {mine['nearest_found']:.2f} | "
                 f"{other['recall_at_10']:.3f} (lowest {other['min']}) | "
                 f"{other['nearest_found']:.2f} | {other['mean_hits']} |"
+            )
+        for point in peer.get("ef_sweep", []):
+            sweep_recall = point["recall"]
+            sweeps.append(
+                f"| {size} | {point['ef_search']} | {sweep_recall['recall_at_10']:.3f} | "
+                f"{sweep_recall['mean_hits']} | {point['latency_ms']['p50']} / "
+                f"{point['latency_ms']['p95']} |"
             )
         load = peer["load"]
         loads.append(
@@ -1229,6 +1236,13 @@ def _langgraph_report(results: dict) -> str:
         "LangGraph mean hits",
         "ratio LangGraph / ctxadmin (p50 / p95)",
     )
+    sweep_head = _table_head(
+        "scope entries",
+        "ef_search",
+        "LangGraph recall@10",
+        "LangGraph mean hits",
+        "LangGraph in-process p50 / p95 ms",
+    )
     kinds_head = _table_head(
         "scope entries",
         "queries",
@@ -1263,6 +1277,16 @@ generated queries on both sides.
 | target | met |
 | --- | --- |
 {chr(10).join(targets)}
+
+LangGraph's store with larger HNSW candidate lists (`SET hnsw.ef_search` on its connection,
+as the store has no setting of its own for it; pgvector's largest is 1,000): its recall@10
+for the same generated queries and the hits it returned, and its in-process time for the
+same timed queries. Beside ctxadmin's vector search above (server-side, and its SQL at each
+`ef_search` in the table before), this is what the store would take to come near the same
+recall.
+
+{sweep_head}
+{chr(10).join(sweeps)}
 
 Recall@10 by kind of query, with the share of queries whose nearest entry is among the hits,
 and the hits LangGraph returned (asked for 10):
