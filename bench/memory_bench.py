@@ -80,6 +80,8 @@ API_EF_SEARCH = 400
 MAX_SCAN_TUPLES = 100_000
 SCAN_MEM_MULTIPLIER = 16
 EF_SWEEP = (40, 100, 200, 400, 800)
+# The scope-index maintainer's advisory lock (``memory.scope_index.LOCK_KEY``).
+MAINTAINER_LOCK = 0x6D656D5F73636F70
 HYBRID_P95_TARGET_MS = 30
 EXACT_DEPTH = 50
 CHUNK = 2_000
@@ -487,7 +489,9 @@ def _chunks(words: Words, plan: list[tuple[str, int]]):
 
 def bulk_load(database_url: str, app_id: int, plan: list[tuple[str, int]], words: Words) -> dict:
     """Insert ``plan``'s (user, count) rows as the service would write them, with the HNSW
-    index dropped meanwhile and built again after; seconds per step."""
+    index dropped meanwhile and built again after; seconds per step. The load holds the
+    scope-index maintainer's lock, so the beat builds no scope's index from a scope half
+    loaded (nor one whose build would wait for, or deadlock with, the shared index's)."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     # Forked before the connection is opened: the workers only hash and embed.
@@ -495,6 +499,7 @@ def bulk_load(database_url: str, app_id: int, plan: list[tuple[str, int]], words
         multiprocessing.get_context("fork").Pool(2) as pool,
         psycopg.connect(database_url, autocommit=True) as conn,
     ):
+        conn.execute("SELECT pg_advisory_lock(%s)", (MAINTAINER_LOCK,))
         conn.execute("DROP INDEX IF EXISTS memory_embedding_hnsw")
         # The loaded scopes' own indexes too: built again after the load
         # (``scope_indexes``), as the beat's maintainer would.
@@ -543,6 +548,7 @@ def bulk_load(database_url: str, app_id: int, plan: list[tuple[str, int]], words
         timings["table_rows"] = conn.execute("SELECT count(*) FROM memory_memoryentry").fetchone()[
             0
         ]
+        conn.execute("SELECT pg_advisory_unlock(%s)", (MAINTAINER_LOCK,))
     timings["total_s"] = round(time.perf_counter() - started, 1)
     return timings
 
@@ -1133,9 +1139,9 @@ Loads (seconds):
     }
 {chr(10).join(loads)}
 
-The beat's maintainer may start building a loaded scope's index as soon as the load commits,
-before `VACUUM`; the two exclude each other, so `VACUUM` then waits for the build, and its
-time above holds that wait.
+Each load holds the maintainer's lock (as the beat's maintainer holds it while it builds),
+so no scope's index is built from a scope half loaded, and the scope indexes are built
+after the load, by `manage.py scope_indexes --wait`.
 
 HNSW recall@10 of the API's vector search against the exact top 10 of the scope (index scans
 off; target >= 0.95), for {results["hnsw_queries"]} generated queries and for six consecutive

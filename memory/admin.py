@@ -314,6 +314,8 @@ class ScopeIndexAdmin(_ReadOnly):
         "created_at",
         "ready_at",
         "failed_at",
+        "error",
+        "retry_at",
     ]
     list_filter = ["app", "state"]
 

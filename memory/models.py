@@ -370,7 +370,7 @@ class ScopeIndex(models.Model):
     class State(models.TextChoices):
         BUILDING = "building"
         READY = "ready"
-        # The build failed: no index, and the scope waits ``scope_index.RETRY_SECONDS``.
+        # The build failed: no index, and the scope waits until ``retry_at``.
         FAILED = "failed"
 
     app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -384,6 +384,10 @@ class ScopeIndex(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     ready_at = models.DateTimeField(null=True)
     failed_at = models.DateTimeField(null=True)
+    # A failed build's error: its SQLSTATE, or the exception's class (never a message).
+    error = models.CharField(max_length=64, blank=True, default="")
+    # When a failed build's scope may be tried again (``scope_index.retry_seconds``).
+    retry_at = models.DateTimeField(null=True)
 
     class Meta:
         verbose_name_plural = "scope indexes"

@@ -20,8 +20,10 @@ builds with ``CREATE INDEX CONCURRENTLY`` (writes go on meanwhile; searches use 
 index until the row is ``ready``) and drops, with ``DROP INDEX CONCURRENTLY``, the index of
 a scope that fell below half the threshold, was erased, or whose vectors are another
 model's; and any index of this family without a row (a build that died). A build that fails
-(its time limit, say) leaves a ``failed`` row and no index, and its scope is tried again
-after ``RETRY_SECONDS``. One maintainer at a time: a session advisory lock.
+leaves a ``failed`` row (its SQLSTATE) and no index; its scope is tried again at the next
+run when the failure was of the moment (a deadlock with other work on the table, a lock it
+could not get, a lost connection), else after ``RETRY_SECONDS`` (its time limit, memory,
+disk: it would fail again at once). One maintainer at a time: a session advisory lock.
 
 The predicate names the scope as literals (PostgreSQL uses a partial index only for a
 query whose own literals imply its predicate), so the scope search statement carries them
@@ -34,6 +36,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -49,8 +52,11 @@ INDEX_PREFIX = "memory_scope_vec_"
 HALFVEC_MAX_DIMENSIONS = 4000
 M = 32
 EF_CONSTRUCTION = 128
-# A scope whose build failed is tried again after this long (its row says ``failed``).
+# A scope whose build failed for its own sake is tried again after this long.
 RETRY_SECONDS = 3600
+# SQLSTATEs of failures of the moment: connection exceptions, transaction rollbacks
+# (deadlock, serialization), an unavailable lock, a server shutting down or starting.
+TRANSIENT_SQLSTATES = ("08", "40", "55P03", "57P01", "57P02", "57P03")
 # ef_search is the configured one at this many entries, and never below the minimum.
 EF_SEARCH_AT = 100_000
 EF_SEARCH_MIN = 100
@@ -160,12 +166,11 @@ def _unwanted(embedding_model: str) -> list[ScopeIndex]:
         cursor.execute(
             """
             SELECT i.id, i.state, i.embedding_model, coalesce(s.entries, 0),
-                   i.failed_at < now() - make_interval(secs => %s)
+                   i.retry_at IS NULL OR i.retry_at <= now()
               FROM memory_scopeindex i
               LEFT JOIN memory_scopestats s ON s.app_id = i.app_id AND s.user_id = i.user_id
              ORDER BY coalesce(s.entries, 0) DESC, i.id
-            """,
-            [RETRY_SECONDS],
+            """
         )
         rows = cursor.fetchall()
     unwanted, kept = [], 0
@@ -207,6 +212,23 @@ def _next_scope() -> tuple[int, str, int] | None:
         return cursor.fetchone()
 
 
+def failure(exc: BaseException) -> tuple[str, int]:
+    """A failed build's error, content-free (the database's SQLSTATE, or the exception's
+    class), and how many seconds its scope waits before another try: none for a failure of
+    the moment (``TRANSIENT_SQLSTATES``, or a database error without a SQLSTATE: the
+    connection was lost), ``RETRY_SECONDS`` for any other."""
+    from psycopg import Error as DatabaseError
+
+    cause = exc
+    while cause is not None and not isinstance(cause, DatabaseError):
+        cause = cause.__cause__
+    if cause is None:
+        return type(exc).__name__, RETRY_SECONDS
+    if cause.sqlstate is None:
+        return type(cause).__name__, 0
+    return cause.sqlstate, 0 if cause.sqlstate.startswith(TRANSIENT_SQLSTATES) else RETRY_SECONDS
+
+
 def _build(app_id: int, user_id: str, entries: int, embedding_model: str) -> bool:
     """Build one scope's index; its row is ``ready`` only once the index is valid."""
     row = ScopeIndex.objects.create(
@@ -227,15 +249,25 @@ def _build(app_id: int, user_id: str, entries: int, embedding_model: str) -> boo
                 cursor.execute("RESET maintenance_work_mem")
                 cursor.execute("RESET statement_timeout")
     except Exception as exc:
+        error, wait = failure(exc)
         logger.warning(
             "memory_scope_index_failed",
-            extra={"app": app_id, "index": row.pk, "entries": entries, "error": type(exc).__name__},
+            extra={
+                "app": app_id,
+                "index": row.pk,
+                "entries": entries,
+                "error": error,
+                "retry_seconds": wait,
+            },
         )
         _drop(row.index_name)
+        now = timezone.now()
         ScopeIndex.objects.filter(pk=row.pk).update(
             state=ScopeIndex.State.FAILED,
             build_seconds=round(time.monotonic() - started, 3),
-            failed_at=timezone.now(),
+            failed_at=now,
+            error=error,
+            retry_at=now + timedelta(seconds=wait),
         )
         return False
     seconds = round(time.monotonic() - started, 3)

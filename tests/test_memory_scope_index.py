@@ -264,6 +264,8 @@ def test_a_failed_build_leaves_no_index_and_is_tried_again_an_hour_later(
     assert (result["built"], result["failed"], result["more"]) == (0, 1, False)
     failed = ScopeIndex.objects.get()
     assert failed.state == "failed" and failed.failed_at is not None
+    assert failed.error == "22023"  # invalid_parameter_value: it would fail again at once
+    assert failed.retry_at == failed.failed_at + timedelta(seconds=scope_index.RETRY_SECONDS)
     assert indexes() == {}
     # Not tried again at once (a build that fails would fail at every run of the beat)...
     assert scope_index.maintain() == {
@@ -277,10 +279,67 @@ def test_a_failed_build_leaves_no_index_and_is_tried_again_an_hour_later(
     # ...but once the hour has passed.
     monkeypatch.setattr(scope_index, "M", 32)
     ScopeIndex.objects.filter(pk=failed.pk).update(
-        failed_at=failed.failed_at - timedelta(seconds=scope_index.RETRY_SECONDS + 1)
+        retry_at=failed.retry_at - timedelta(seconds=scope_index.RETRY_SECONDS + 1)
     )
     assert scope_index.maintain()["built"] == 1
     assert ScopeIndex.objects.get().state == "ready"
+
+
+def test_a_build_that_failed_for_a_reason_of_the_moment_is_tried_again_at_the_next_run(
+    small_threshold, tenant
+):
+    """A lock the build could not get (here: another session's lock on the table, with a
+    lock timeout) is a failure of the moment, as a deadlock with other DDL is: the scope is
+    tried again at the next run, not an hour later."""
+    fill(tenant.client(), "alice", 30)
+    with psycopg.connect(database_url_for_current_connection()) as other:
+        other.execute("LOCK TABLE memory_memoryentry IN SHARE ROW EXCLUSIVE MODE")
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        try:
+            result = scope_index.maintain()
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+        other.rollback()
+
+    assert (result["built"], result["failed"]) == (0, 1)
+    failed = ScopeIndex.objects.get()
+    assert (failed.state, failed.error) == ("failed", "55P03")  # lock_not_available
+    assert failed.retry_at == failed.failed_at
+    assert indexes() == {}
+    assert scope_index.maintain()["built"] == 1
+    assert ScopeIndex.objects.get().state == "ready"
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (psycopg.errors.DeadlockDetected, ("40P01", 0)),
+        (psycopg.errors.SerializationFailure, ("40001", 0)),
+        (psycopg.errors.AdminShutdown, ("57P01", 0)),
+        (psycopg.OperationalError, ("OperationalError", 0)),  # the connection was lost
+        (psycopg.errors.QueryCanceled, ("57014", scope_index.RETRY_SECONDS)),  # time limit
+        (psycopg.errors.OutOfMemory, ("53200", scope_index.RETRY_SECONDS)),
+        (psycopg.errors.DiskFull, ("53100", scope_index.RETRY_SECONDS)),
+    ],
+)
+def test_what_a_failure_costs_the_scope(error, expected):
+    """Django's error wraps the driver's, whose SQLSTATE tells a failure of the moment from
+    one that would happen again."""
+    from django.db import OperationalError
+
+    try:
+        try:
+            raise error("a message that is never kept")
+        except psycopg.Error as cause:
+            raise OperationalError(str(cause)) from cause
+    except OperationalError as wrapped:
+        assert scope_index.failure(wrapped) == expected
+    assert scope_index.failure(ValueError("not a database error")) == (
+        "ValueError",
+        scope_index.RETRY_SECONDS,
+    )
 
 
 def test_one_maintainer_at_a_time(small_threshold, tenant):
@@ -397,3 +456,14 @@ def test_a_vector_searchs_scan_settings_end_with_its_statement(
     assert current() == before
     assert [hit["id"] for hit in inside] == [hit["id"] for hit in outside]
     assert [round(hit["score"], 6) for hit in outside] == exact_scores("alice", "garden basil")
+
+
+def test_the_benchmark_holds_the_maintainers_lock_and_knows_the_candidate_lists(settings):
+    """The memory benchmark speaks SQL without Django: its copies of the maintainer's lock
+    key and of the service's ef_search rule are the service's."""
+    from bench import memory_bench
+
+    assert memory_bench.MAINTAINER_LOCK == scope_index.LOCK_KEY
+    assert settings.CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH == memory_bench.API_EF_SEARCH
+    for entries in (10_000, 25_000, 60_000, 100_000, 250_000):
+        assert memory_bench.api_ef_search(entries) == scope_index.ef_search(entries, 10)
