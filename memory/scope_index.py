@@ -95,7 +95,7 @@ def ef_search(entries: int, depth: int) -> int:
     square root of the scope's share of that below it (a smaller graph finds as much with
     fewer), at least ``EF_SEARCH_MIN`` and twice the depth, at most 1,000. Measured on the
     benchmark's scopes (recall@10 against exact search, ``bench/BENCHMARKS.md``): 0.956 at
-    100 candidates and 0.992 at 200 in 10,000 entries; 0.926 at 200 and 0.974 at 400 in
+    100 candidates and 0.992 at 200 in 10,000 entries; 0.928 at 200 and 0.976 at 400 in
     100,000."""
     scaled = settings.CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH * math.sqrt(
         min(1.0, max(entries, 0) / EF_SEARCH_AT)
