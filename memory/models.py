@@ -386,7 +386,7 @@ class ScopeIndex(models.Model):
     failed_at = models.DateTimeField(null=True)
     # A failed build's error: its SQLSTATE, or the exception's class (never a message).
     error = models.CharField(max_length=64, blank=True, default="")
-    # When a failed build's scope may be tried again (``scope_index.retry_seconds``).
+    # When a failed build's scope may be tried again (``scope_index.failure``).
     retry_at = models.DateTimeField(null=True)
 
     class Meta:
