@@ -315,8 +315,9 @@ class Invocation(models.Model):
 
 class ToolToken(models.Model):
     """A least-authority credential minted for one tool call of one invocation: it can do
-    only its ``capabilities`` on its (app, user, session), until it expires, is revoked, or
-    the tool's function response is appended. Only the SHA-256 digest is stored."""
+    only its ``capabilities`` on its (app, user, session), until it expires, is revoked, the
+    tool's function response is appended, or its call is purged. Every end is stored on the
+    row when it happens. Only the SHA-256 digest is stored."""
 
     CAPABILITIES = (
         "identity",
@@ -347,7 +348,7 @@ class ToolToken(models.Model):
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_reason = models.CharField(max_length=16, blank=True)  # deleted, answered
+    revoked_reason = models.CharField(max_length=16, blank=True)  # deleted, answered, purged
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

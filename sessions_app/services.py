@@ -299,6 +299,7 @@ def _append_locked(
                 states.user_state = store.merge_user_state(app.pk, user_id, delta.user)
                 _check_state_size(states.user_state, "user state")
             store.insert_events(locked.pk, rows, states.state, now)
+            store.end_answered_tokens(locked.pk, store.answered_call_ids(rows))
             revision += 1
             _after_append(locked.pk, locked.automatic_compaction, fresh)
         by_id = store.stored_events(locked.pk, repeated)

@@ -196,6 +196,31 @@ class NewEvent:
         }
 
 
+def answered_call_ids(rows: list[NewEvent]) -> list[str]:
+    """The function-call ids a batch answers (their tool tokens end with the append)."""
+    return sorted({call_id for row in rows for call_id in row.derived.response_ids or ()})
+
+
+# A tool token ends when its call's answer is stored: a fact written with the answer, so it
+# holds even after the events are gone (a ``purge`` compaction). Tokens only answer to calls
+# made before the answer, which every stored call is.
+END_ANSWERED_TOKENS_SQL = (
+    "UPDATE sessions_app_tooltoken SET revoked_at = now(), revoked_reason = 'answered' "
+    "WHERE session_id = {session} AND revoked_at IS NULL AND function_call_id = ANY({ids})"
+)
+
+
+def end_answered_tokens(session_pk: int, call_ids: list[str]) -> None:
+    """End the tool tokens of the answered calls (inside the append's transaction)."""
+    if not call_ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            END_ANSWERED_TOKENS_SQL.format(session="%s", ids="%s::varchar[]"),
+            [session_pk, call_ids],
+        )
+
+
 _ROW = (
     "(%s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s, "
     "%s::varchar[], %s::varchar[], %s, %s, %s, %s, %s, now())"
@@ -291,6 +316,15 @@ def append_in_one_statement(
         values.append(ordinal)
         values.extend(row.columns())
     delta = _dumps(session_delta)
+    answered = answered_call_ids(rows)
+    # Only a batch that answers calls ends tokens (a data-modifying CTE always runs).
+    ending = (
+        ",\n            ended AS ("  # noqa: S608 - constants and placeholders only
+        + END_ANSWERED_TOKENS_SQL.format(session="(SELECT id FROM ok)", ids="%s::varchar[]")
+        + " AND (SELECT count(*) FROM inserted) > 0 RETURNING 1)"
+        if answered
+        else ""
+    )
     # Inside a caller's transaction, a savepoint keeps a unique violation from aborting it.
     guard = transaction.atomic() if connection.in_atomic_block else nullcontext()
     with guard, connection.cursor() as cursor:
@@ -342,7 +376,7 @@ def append_in_one_statement(
                   FROM ok
                  WHERE t.id = ok.id AND (SELECT count(*) FROM inserted) > 0
              RETURNING t.revision, t.state, t.last_seq
-            )
+            ){ending}
             SELECT s.id, {AUTOMATIC_SQL}, s.revision, repeated.any,
                    (SELECT revision FROM advanced), (SELECT state FROM advanced),
                    (SELECT last_seq FROM advanced),
@@ -367,6 +401,7 @@ def append_in_one_statement(
                 sum(row.derived.byte_size for row in rows),
                 sum(row.token_estimate for row in rows),
                 now,
+                *([answered] if answered else []),
             ],
         )
         found = cursor.fetchone()

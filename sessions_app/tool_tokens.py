@@ -2,9 +2,11 @@
 
 A token reads ``ctt_<prefix>_<secret>`` (shown once; its SHA-256 digest is stored). It is
 bound to (app, user, session, invocation, function call), carries ``identity`` and the
-capabilities asked for, and stops working when it expires, on ``DELETE``, or as soon as the
-function response of its call is in the session: every use checks the events after the
-call's (an index range), so the append path pays nothing for tokens.
+capabilities asked for, and stops working when it expires, on ``DELETE``, when the function
+response of its call is stored, or when a ``purge`` compaction deletes its call. Each of
+these ends is written on the token's row as it happens (the append that stores the answer
+ends the call's tokens in its own statement), so an end never depends on events that can
+later disappear, and nothing that ended starts again.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import string
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object
@@ -88,40 +90,46 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
             details={"field": "function_call_id" if wanted is not None else "tool_name"},
         )
     call, call_seq = calls[0]
-    if answered(session.pk, call["id"], call_seq):
-        raise ApiError(
-            "function_call_answered",
-            "The function response of this call is already stored.",
-            status_code=409,
+    with transaction.atomic():
+        # The session row is what every append locks: holding it, no answer can be stored
+        # between the check below and the token's insert (an append that answers the call
+        # ends the call's tokens, but only those committed before it).
+        Session.objects.select_for_update().filter(pk=session.pk).values_list("pk").get()
+        if answered(session.pk, call["id"], call_seq):
+            raise ApiError(
+                "function_call_answered",
+                "The function response of this call is already stored.",
+                status_code=409,
+            )
+        open_tokens = ToolToken.objects.filter(
+            invocation=invocation, revoked_at__isnull=True, expires_at__gt=timezone.now()
+        ).count()
+        if open_tokens >= MAX_OPEN_PER_INVOCATION:
+            raise ApiError(
+                "too_many_tool_tokens",
+                f"An invocation holds at most {MAX_OPEN_PER_INVOCATION} open tool tokens.",
+                status_code=429,
+            )
+        prefix, raw = _generate()
+        token = ToolToken.objects.create(
+            app=app,
+            session=session,
+            invocation=invocation,
+            function_call_id=call["id"],
+            call_seq=call_seq,
+            tool_name=tool_name,
+            capabilities=sorted({"identity", *capabilities}),
+            prefix=prefix,
+            token_hash=hash_key(raw),
+            expires_at=timezone.now() + timedelta(milliseconds=ttl_ms),
         )
-    open_tokens = ToolToken.objects.filter(
-        invocation=invocation, revoked_at__isnull=True, expires_at__gt=timezone.now()
-    ).count()
-    if open_tokens >= MAX_OPEN_PER_INVOCATION:
-        raise ApiError(
-            "too_many_tool_tokens",
-            f"An invocation holds at most {MAX_OPEN_PER_INVOCATION} open tool tokens.",
-            status_code=429,
-        )
-    prefix, raw = _generate()
-    token = ToolToken.objects.create(
-        app=app,
-        session=session,
-        invocation=invocation,
-        function_call_id=call["id"],
-        call_seq=call_seq,
-        tool_name=tool_name,
-        capabilities=sorted({"identity", *capabilities}),
-        prefix=prefix,
-        token_hash=hash_key(raw),
-        expires_at=timezone.now() + timedelta(milliseconds=ttl_ms),
-    )
     return token, raw
 
 
 def answered(session_pk: int, call_id: str, call_seq: int) -> bool:
     """Whether the call's function response is in the session (it can only follow the call,
-    so only the events after it are read, through the (session, seq) index)."""
+    so only the events after it are read, through the (session, seq) index). Minting asks
+    this with the session locked; a token's use reads only the token's own row."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT 1 FROM sessions_app_event WHERE session_id = %s AND seq > %s "
@@ -160,12 +168,6 @@ def authenticate(raw: str) -> ToolToken | None:
         or token.revoked_at is not None
         or token.expires_at <= timezone.now()
     ):
-        return None
-    if answered(token.session_id, token.function_call_id, token.call_seq):
-        # The tool's answer is in: the token stops working (recorded once, by the first use).
-        ToolToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now(), revoked_reason="answered"
-        )
         return None
     ToolToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     return token

@@ -4,6 +4,7 @@ answered."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -242,3 +243,263 @@ def test_artifact_capabilities_and_attaching_a_version(acme):
         == 403
     )
     assert reader.get(f"{BASE}/sessions/s2/artifacts").status_code == 404
+
+
+def _answer(tenant, call: dict, session_path: str = f"{BASE}/sessions/s1") -> None:
+    appended = tenant.client().post(
+        f"{session_path}/events",
+        {
+            "event": {
+                "author": "user",
+                "content": {
+                    "role": "user",
+                    "parts": [
+                        {
+                            "function_response": {
+                                "id": call["id"],
+                                "name": call["name"],
+                                "response": {"ok": 1},
+                            }
+                        }
+                    ],
+                },
+            }
+        },
+        format="json",
+    )
+    assert appended.status_code == 201, appended.content
+
+
+def _turns(tenant, count: int) -> None:
+    for number in range(count):
+        for author, role in (("user", "user"), ("agent", "model")):
+            appended = tenant.client().post(
+                f"{BASE}/sessions/s1/events",
+                {
+                    "event": {
+                        "author": author,
+                        "turn_complete": role == "model",
+                        "content": {"role": role, "parts": [{"text": f"turn {number} " * 30}]},
+                    }
+                },
+                format="json",
+            )
+            assert appended.status_code == 201, appended.content
+
+
+def test_the_answer_ends_a_token_when_it_is_stored_not_when_the_token_is_next_used(acme):
+    called = _call(acme)
+    token = _mint(acme, ["memory_search"]).json()
+    _answer(acme, called["function_calls"][0])
+    stored = ToolToken.objects.get(prefix=token["prefix"])
+    assert stored.revoked_at is not None and stored.revoked_reason == "answered"
+
+
+def test_a_token_stays_dead_after_a_purge_compaction_removes_its_call(acme):
+    called = _call(acme)
+    token = _mint(acme, ["memory_search", "state_read"]).json()
+    _answer(acme, called["function_calls"][0])
+    _turns(acme, 4)
+    policy = acme.client().put(
+        f"{BASE}/sessions/s1/compaction-policy",
+        {"token_threshold": 10, "retain_recent_exchanges": 1, "retention": "purge"},
+        format="json",
+    )
+    assert policy.status_code == 200, policy.content
+    compacted = acme.client().post(f"{BASE}/sessions/s1/compactions", {}, format="json")
+    assert compacted.status_code == 201, compacted.content
+    assert compacted.json()["purged_events"] > 0
+    from sessions_app.models import Event
+
+    assert not Event.objects.filter(
+        session__session_id="s1", response_ids__contains=[called["function_calls"][0]["id"]]
+    ).exists()
+    tool = _as(token["token"])
+    assert tool.get("/api/v1/apps/acme/tool-token").status_code == 401
+    assert tool.get(f"{BASE}/sessions/s1/state").status_code == 401
+
+
+def test_an_open_call_survives_a_purge_compaction_and_so_does_its_token(acme):
+    called = _call(acme)
+    token = _mint(acme, ["memory_search"]).json()
+    _turns(acme, 4)
+    acme.client().put(
+        f"{BASE}/sessions/s1/compaction-policy",
+        {"token_threshold": 10, "retain_recent_exchanges": 1, "retention": "purge"},
+        format="json",
+    )
+    compacted = acme.client().post(f"{BASE}/sessions/s1/compactions", {}, format="json")
+    # An unanswered call is an obligation compaction never summarises away: nothing after it
+    # can be compacted either, so there is nothing worth a checkpoint.
+    assert compacted.status_code == 422, compacted.content
+    assert compacted.json()["error"]["code"] == "ineffective_compaction"
+    from sessions_app.models import Event
+
+    assert Event.objects.filter(
+        session__session_id="s1", call_ids__contains=[called["function_calls"][0]["id"]]
+    ).exists()
+    assert _as(token["token"]).get("/api/v1/apps/acme/tool-token").status_code == 200
+
+
+def test_purging_the_event_of_a_call_ends_its_tokens(acme):
+    """Whatever deletes a call's event through ``purge`` ends the call's tokens with it."""
+    from sessions_app.compaction import services as compaction_services
+    from sessions_app.models import Checkpoint, Event
+
+    _call(acme)
+    token = _mint(acme, ["memory_search"]).json()
+    _turns(acme, 2)
+    row = ToolToken.objects.get(prefix=token["prefix"])
+    first_text = Event.objects.filter(session=row.session, kinds=1).order_by("seq").first()
+    assert first_text is not None
+    ToolToken.objects.filter(pk=row.pk).update(call_seq=first_text.seq)
+    checkpoint = Checkpoint.objects.create(
+        id=uuid.uuid4(), session=row.session, status=Checkpoint.ACTIVE, origin="manual"
+    )
+    compaction_services._purge(row.session_id, checkpoint, [first_text.event_id])
+    row.refresh_from_db()
+    assert row.revoked_reason == "purged" and row.revoked_at is not None
+    assert _as(token["token"]).get("/api/v1/apps/acme/tool-token").status_code == 401
+
+
+def test_an_answer_on_the_locking_path_ends_the_token_too(acme):
+    """An answer carrying a ``user:`` state delta takes the locking append path."""
+    called = _call(acme)
+    token = _mint(acme, ["memory_search"]).json()
+    call = called["function_calls"][0]
+    appended = acme.client().post(
+        f"{BASE}/sessions/s1/events",
+        {
+            "event": {
+                "author": "user",
+                "actions": {"state_delta": {"user:last_tool": "lookup_booking"}},
+                "content": {
+                    "role": "user",
+                    "parts": [
+                        {
+                            "function_response": {
+                                "id": call["id"],
+                                "name": call["name"],
+                                "response": {"ok": 1},
+                            }
+                        }
+                    ],
+                },
+            }
+        },
+        format="json",
+    )
+    assert appended.status_code == 201, appended.content
+    assert ToolToken.objects.get(prefix=token["prefix"]).revoked_reason == "answered"
+    assert _as(token["token"]).get("/api/v1/apps/acme/tool-token").status_code == 401
+
+
+def test_a_token_minted_while_the_answer_is_being_appended_is_refused_or_ended(acme):
+    """Minting takes the session row that appends lock, so a mint racing an answer's append
+    either sees the answer (409) or is ended by it: it never outlives the answer."""
+    import threading
+
+    from django.db import connections, transaction
+
+    from sessions_app import services
+
+    called = _call(acme)
+    call = called["function_calls"][0]
+    appending = threading.Event()
+    minted: dict = {}
+
+    def append_and_hold():
+        try:
+            with transaction.atomic():
+                services.append_events(
+                    acme.app,
+                    "alice",
+                    "s1",
+                    [
+                        {
+                            "author": "user",
+                            "content": {
+                                "role": "user",
+                                "parts": [
+                                    {
+                                        "function_response": {
+                                            "id": call["id"],
+                                            "name": call["name"],
+                                            "response": {"ok": 1},
+                                        }
+                                    }
+                                ],
+                            },
+                        }
+                    ],
+                )
+                appending.set()
+                threading.Event().wait(0.5)  # hold the session row while the mint runs
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=append_and_hold)
+    holder.start()
+    assert appending.wait(10)
+    minted["answer"] = _mint(acme, ["memory_search"])
+    holder.join(10)
+    answer = minted["answer"]
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["error"]["code"] == "function_call_answered"
+    assert not ToolToken.objects.filter(revoked_at__isnull=True).exists()
+
+
+def test_tokens_minted_before_the_rule_are_ended_by_the_migration(acme):
+    import importlib
+
+    from django.db import connection
+
+    migration = importlib.import_module("sessions_app.migrations.0008_end_answered_tool_tokens")
+    called = _call(acme)
+    open_one = _mint(acme, ["memory_search"]).json()
+    _answer(acme, called["function_calls"][0])
+    # As a token of the old rule was: its answer stored, its row still open.
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE sessions_app_tooltoken DISABLE TRIGGER tooltoken_end_is_final")
+        try:
+            ToolToken.objects.update(revoked_at=None, revoked_reason="")
+        finally:
+            cursor.execute(
+                "ALTER TABLE sessions_app_tooltoken ENABLE TRIGGER tooltoken_end_is_final"
+            )
+        cursor.execute(migration.END_OPEN_TOKENS)
+    assert ToolToken.objects.get(prefix=open_one["prefix"]).revoked_reason == "answered"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"revoked_at": None, "revoked_reason": ""},
+        {"expires_at": timezone.now() + timedelta(hours=2)},
+        {"capabilities": ["identity", "memory_search", "memory_add"]},
+        {"token_hash": "0" * 64},
+    ],
+    ids=["revive", "extend", "widen", "rekey"],
+)
+def test_the_database_refuses_to_revive_extend_or_widen_a_token(acme, change):
+    from django.db import IntegrityError, transaction
+
+    _call(acme)
+    token = _mint(acme, ["memory_search"]).json()
+    acme.client().delete(f"{BASE}/sessions/s1/invocations/inv-1/tool-tokens/{token['prefix']}")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ToolToken.objects.filter(prefix=token["prefix"]).update(**change)
+    assert _as(token["token"]).get("/api/v1/apps/acme/tool-token").status_code == 401
+
+
+def test_the_database_refuses_to_revive_a_revoked_api_key(acme):
+    from django.db import IntegrityError, transaction
+
+    from ctxadmin.models import ApiKey
+    from ctxadmin.services import revoke_api_keys
+
+    key = ApiKey.objects.get(app=acme.app)
+    revoke_api_keys(ApiKey.objects.filter(pk=key.pk))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ApiKey.objects.filter(pk=key.pk).update(revoked_at=None)
+    assert acme.client().get("/api/v1/apps/acme/key").status_code == 401

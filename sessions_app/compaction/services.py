@@ -898,14 +898,23 @@ def _boundary_epochs(session_pk: int, first_seq: int, last_seq: int) -> tuple:
 
 
 def _purge(session_pk: int, row: Checkpoint, event_ids: list[str]) -> None:
-    """``purge`` retention: delete exactly the summarised source events, once active."""
+    """``purge`` retention: delete exactly the summarised source events, once active. The
+    tool tokens of a deleted call end with it (a call that is gone can never be answered,
+    so nothing may act for it any longer)."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
             WITH gone AS (
                 DELETE FROM sessions_app_event
                  WHERE session_id = %s AND event_id = ANY(%s) AND kinds & %s = 0
-             RETURNING byte_size, token_estimate
+             RETURNING seq, byte_size, token_estimate
+            ),
+            ended AS (
+                UPDATE sessions_app_tooltoken
+                   SET revoked_at = now(), revoked_reason = 'purged'
+                 WHERE session_id = %s AND revoked_at IS NULL
+                   AND call_seq IN (SELECT seq FROM gone)
+             RETURNING 1
             )
             UPDATE sessions_app_session
                SET event_count = event_count - (SELECT count(*) FROM gone),
@@ -915,7 +924,7 @@ def _purge(session_pk: int, row: Checkpoint, event_ids: list[str]) -> None:
              WHERE id = %s
          RETURNING (SELECT count(*) FROM gone)
             """,
-            [session_pk, event_ids, COMPACTION, session_pk],
+            [session_pk, event_ids, COMPACTION, session_pk, session_pk],
         )
         purged = cursor.fetchone()[0]
     Checkpoint.objects.filter(pk=row.pk).update(purged_events=purged)
