@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from django.conf import settings
-from rest_framework.exceptions import NotFound
+from django.core import signing
+from rest_framework.pagination import Cursor as Position
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 
 from ctxadmin.api.errors import ApiError
 
@@ -15,6 +17,12 @@ class Cursor(CursorPagination):
 
     ``limit`` (1..CTXADMIN_MAX_PAGE_SIZE, default CTXADMIN_PAGE_SIZE) sets the page size; a
     bad ``limit`` or a tampered ``cursor`` is a 400, never silently replaced.
+
+    A cursor is signed (``SECRET_KEY``, with its fallbacks) and bound to the list it came
+    from: the request path names the app, the user, the session and the list, so a cursor
+    only decodes on the list that issued it. Its position is then a value this list wrote
+    itself, never one a client made up (an unsigned position reached the database as a
+    malformed timestamp: a 500).
     """
 
     cursor_query_param = "cursor"
@@ -38,15 +46,37 @@ class Cursor(CursorPagination):
             )
         return int(raw)
 
+    def _salt(self, request) -> str:
+        return f"ctxadmin.cursor:{request.path}"
+
     def decode_cursor(self, request):
+        encoded = request.query_params.get(self.cursor_query_param)
+        if encoded is None:
+            return None
         try:
-            return super().decode_cursor(request)
-        except NotFound:  # DRF's answer to a cursor it cannot decode
+            tokens = signing.loads(encoded, salt=self._salt(request))
+            offset, reverse, position = tokens
+            if (
+                isinstance(offset, bool)
+                or not isinstance(offset, int)
+                or not 0 <= offset <= self.offset_cutoff
+                or not isinstance(reverse, bool)
+                or not (position is None or isinstance(position, str))
+            ):
+                raise ValueError("not a cursor of this list")
+        except (signing.BadSignature, TypeError, ValueError):
             raise ApiError(
                 "invalid_cursor",
-                "cursor is not a cursor this endpoint returned",
+                "cursor is not a cursor this list returned",
                 details={"parameter": "cursor"},
             ) from None
+        return Position(offset=offset, reverse=reverse, position=position)
+
+    def encode_cursor(self, cursor):
+        encoded = signing.dumps(
+            [cursor.offset, bool(cursor.reverse), cursor.position], salt=self._salt(self.request)
+        )
+        return replace_query_param(self.base_url, self.cursor_query_param, encoded)
 
     def get_paginated_response(self, data):
         return Response(
