@@ -37,6 +37,23 @@ def handler404(request, exception=None):
     return page_not_found(request, exception)
 
 
+def handler400(request, exception=None):
+    """Django's own 400s (a Host header outside ``ALLOWED_HOSTS``, another suspicious
+    request): the envelope everywhere but the console, which keeps its HTML page. The
+    offending value is not echoed."""
+    if not request.path.startswith("/admin/"):
+        from django.core.exceptions import DisallowedHost
+
+        if isinstance(exception, DisallowedHost):
+            return error_response(
+                400, "disallowed_host", "The Host header names no host this service serves."
+            )
+        return error_response(400, "bad_request", "The request could not be understood.")
+    from django.views.defaults import bad_request
+
+    return bad_request(request, exception)
+
+
 def handler500(request):
     if request.path.startswith(_API_PREFIXES):
         return error_response(500, "internal_error", "The server could not complete the request.")

@@ -190,3 +190,21 @@ def test_strict_serializer_rejects_unknown_keys():
     assert not bad.is_valid()
     assert bad.errors == {"extra": ["Unknown field."]}
     assert Probe(data={"name": "a"}).is_valid()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/api/v1/apps/acme/key", "/dev/v1/", "/healthz", "/metrics"])
+def test_a_foreign_host_header_gets_the_envelope_without_the_host(owner, path):
+    answer = owner.client().get(path, HTTP_HOST="attacker-host.invalid")
+    error = assert_envelope(answer, 400, "disallowed_host")
+    assert answer["Content-Type"] == "application/json"
+    assert "attacker-host" not in answer.content.decode()
+    assert error["details"] == {}
+
+
+@pytest.mark.django_db
+def test_the_console_keeps_its_own_page_for_a_foreign_host(client):
+    answer = client.get("/admin/", HTTP_HOST="attacker-host.invalid")
+    assert answer.status_code == 400
+    assert answer["Content-Type"].startswith("text/html")
+    assert "attacker-host" not in answer.content.decode()
