@@ -129,6 +129,7 @@ class CheckpointAdmin(ContentAdminMixin, SessionRowAdmin):
 
     list_display = [
         "id",
+        "compaction_id",
         "session_ref",
         "status",
         "origin",
@@ -151,6 +152,7 @@ class CheckpointAdmin(ContentAdminMixin, SessionRowAdmin):
     ]
     ordering = ["-created_at", "-id"]
     fields = [
+        "compaction_id",
         "id",
         "session_ref",
         "status",

@@ -363,7 +363,7 @@ def _context(session: Session, request: InvocationRequest, deadline: float):
         )
         if checkpoint is not None and checkpoint.status == Checkpoint.ACTIVE:
             built = context_build.build_context(session, request.context)
-            built.accounting["compaction_id"] = str(checkpoint.id)
+            built.accounting["compaction_id"] = str(checkpoint.compaction_id)
     envelope = json.loads(built.envelope_json)
     history = [item for item in envelope["history"] if item.get("content")]
     contents = [item["content"] for item in history]

@@ -168,6 +168,11 @@ class Checkpoint(models.Model):
     session = models.ForeignKey(
         Session, on_delete=models.CASCADE, related_name="checkpoints", db_index=False
     )
+    # The id the API shows and takes: the client's (or a generated one), unique in its app,
+    # so a tenant's ids live in its own key space: another app's id is neither taken nor
+    # seen. ``id`` is the row's own key (server-made; older rows share it with this one).
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    compaction_id = models.UUIDField()
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -216,6 +221,9 @@ class Checkpoint(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
+                fields=["app", "compaction_id"], name="checkpoint_compaction_id_per_app"
+            ),
+            models.UniqueConstraint(
                 fields=["session"],
                 condition=models.Q(status__in=["pending", "running"]),
                 name="checkpoint_one_in_flight",
@@ -249,7 +257,15 @@ class Checkpoint(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"checkpoint {self.id} of {self.session_id}"
+        return f"checkpoint {self.compaction_id} of {self.session_id}"
+
+    def save(self, *args, **kwargs):
+        # A server-made compaction shows its own key; its app is its session's.
+        if self.compaction_id is None:
+            self.compaction_id = self.id
+        if self.app_id is None:
+            self.app_id = Session.objects.values_list("app_id", flat=True).get(pk=self.session_id)
+        super().save(*args, **kwargs)
 
 
 class CompactionState(models.Model):

@@ -123,9 +123,12 @@ def seed_history(client, app, hours: int = 48) -> None:
             )
         if ago % 3 == 0:
             failed = ago % 21 == 0
+            key = uuid.uuid4()
             checkpoints.append(
                 Checkpoint(
-                    id=uuid.uuid4(),
+                    id=key,
+                    compaction_id=key,
+                    app_id=compacted.app_id,
                     session=compacted,
                     status=Checkpoint.FAILED if failed else Checkpoint.SUPERSEDED,
                     origin="automatic",

@@ -44,7 +44,7 @@ def checkpoint(owner) -> Checkpoint:
         assert result.status_code == 201, result.content
     done = api.post(f"{SESSION}/compactions", {}, format="json")
     assert done.status_code == 201, done.content
-    row = Checkpoint.objects.get(pk=done.json()["compaction_id"])
+    row = Checkpoint.objects.get(compaction_id=done.json()["compaction_id"])
     assert row.status == "active"
     # The test means something: the content is stored on the checkpoint.
     assert DISTINCTIVE in json.dumps(row.summary) and DISTINCTIVE in row.items_json

@@ -177,7 +177,7 @@ def test_the_console_in_a_browser(browser, live_server, tmp_path):
             )
             assert added.status_code == 201, added.content
     session = Session.objects.get(session_id=SESSION)
-    checkpoint = Checkpoint.objects.get(pk=seeded["compaction"]["compaction_id"])
+    checkpoint = Checkpoint.objects.get(compaction_id=seeded["compaction"]["compaction_id"])
     job = OutboxJob.objects.get(pk=seeded["job"]["job_id"])
     assert Event.objects.filter(context_json__contains=DISTINCTIVE).exists()
 

@@ -172,8 +172,9 @@ class TestManualCompaction:
         assert accepted["status_url"].endswith(f"/compactions/{accepted['compaction_id']}")
         pending = api.get(f"{SESSION}/compactions/{accepted['compaction_id']}").json()
         assert pending["status"] == "pending"
-        assert run_compaction.run(accepted["compaction_id"]) == "active"
-        assert run_compaction.run(accepted["compaction_id"]) == "not_pending"
+        key = str(Checkpoint.objects.get(compaction_id=accepted["compaction_id"]).pk)
+        assert run_compaction.run(key) == "active"
+        assert run_compaction.run(key) == "not_pending"
         done = api.get(f"{SESSION}/compactions/{accepted['compaction_id']}").json()
         assert done["coverage"] == {"first_seq": 1, "last_seq": 2}
 

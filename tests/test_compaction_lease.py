@@ -34,9 +34,10 @@ def api(db):
 
 
 def request_async(api) -> str:
+    """The requested compaction's own key: what its task, claims and leases go by."""
     result = api.post(f"{SESSION}/compactions", {"async": True}, format="json")
     assert result.status_code == 202, result.content
-    return result.json()["compaction_id"]
+    return str(Checkpoint.objects.get(compaction_id=result.json()["compaction_id"]).pk)
 
 
 def end_lease(checkpoint_id: str) -> None:
@@ -50,7 +51,8 @@ def end_lease(checkpoint_id: str) -> None:
 
 
 def summaries(checkpoint_id: str) -> int:
-    return Event.objects.filter(event_id=f"compaction-{checkpoint_id}").count()
+    compaction_id = Checkpoint.objects.get(pk=checkpoint_id).compaction_id
+    return Event.objects.filter(event_id=f"compaction-{compaction_id}").count()
 
 
 def test_a_run_whose_worker_died_is_taken_over_once_its_lease_ends(api):

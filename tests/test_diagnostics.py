@@ -130,7 +130,7 @@ def test_context_reports_counts_bytes_checkpoint_and_fingerprint(world):
     assert body["bytes"]["history"] > 0 and body["bytes"]["total"] > body["bytes"]["history"]
     assert body["tokens"]["history"] == -(-body["bytes"]["history"] // 4)
     assert (body["truncated"], body["compressed"]) == (False, True)
-    assert body["checkpoint"]["checkpoint_id"] == str(active.id) == world.checkpoint_id
+    assert body["checkpoint"]["checkpoint_id"] == str(active.compaction_id) == world.checkpoint_id
     assert (body["checkpoint"]["first_seq"], body["checkpoint"]["last_seq"]) == (
         active.first_seq,
         active.last_seq,

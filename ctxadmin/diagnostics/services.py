@@ -138,7 +138,7 @@ def _checkpoint_json(row: Checkpoint | None) -> dict | None:
     if row is None:
         return None
     return {
-        "checkpoint_id": str(row.id),
+        "checkpoint_id": str(row.compaction_id),
         "status": row.status,
         "origin": row.origin,
         "trigger": row.trigger or None,
@@ -159,6 +159,7 @@ def _active_checkpoint(session: Session) -> Checkpoint | None:
         Checkpoint.objects.filter(session=session, status=Checkpoint.ACTIVE)
         .only(
             "id",
+            "compaction_id",
             "status",
             "origin",
             "trigger",

@@ -27,11 +27,16 @@ REQUEST_KEYS = frozenset(
 MAX_SOURCE_IDS = 5000
 
 
-def checkpoint_json(row: Checkpoint, *, with_summary: bool = False) -> dict:
+def checkpoint_json(
+    row: Checkpoint, *, with_summary: bool = False, public: dict[str, str] | None = None
+) -> dict:
     """A compaction as the API shows it: ids, counts, tokens and fingerprints; the summary
-    only on the detail view (to the owning app's key)."""
+    only on the detail view (to the owning app's key). ``public`` maps checkpoints' own keys
+    to their compaction ids (read here when not given)."""
+    if public is None:
+        public = services.compaction_ids([row.parent_id, row.subsumed_by_id])
     body = {
-        "compaction_id": str(row.id),
+        "compaction_id": str(row.compaction_id),
         "status": row.status,
         "origin": row.origin,
         "trigger": row.trigger or None,
@@ -46,8 +51,10 @@ def checkpoint_json(row: Checkpoint, *, with_summary: bool = False) -> dict:
         "summarizer": row.summarizer or None,
         "model": row.model or None,
         "usage": row.usage,
-        "parent_id": None if row.parent_id is None else str(row.parent_id),
-        "subsumed_by": None if row.subsumed_by_id is None else str(row.subsumed_by_id),
+        "parent_id": None if row.parent_id is None else public.get(str(row.parent_id)),
+        "subsumed_by": None
+        if row.subsumed_by_id is None
+        else public.get(str(row.subsumed_by_id)),
         "summary_event_id": row.summary_event_id or None,
         "projected_event_ids": row.projected_event_ids,
         "purged_events": row.purged_events,
@@ -127,10 +134,10 @@ def parse_manual_request(body) -> services.ManualRequest:
     strict_object(body, REQUEST_KEYS)
     raw_id = body.get("compaction_id")
     if raw_id is None:
-        checkpoint_id = uuid.uuid4()
+        compaction_id = uuid.uuid4()
     else:
         try:
-            checkpoint_id = uuid.UUID(str(raw_id))
+            compaction_id = uuid.UUID(str(raw_id))
         except ValueError:
             raise invalid("compaction_id", "must be a UUID") from None
     run_async = body.get("async", False)
@@ -159,7 +166,7 @@ def parse_manual_request(body) -> services.ManualRequest:
         ):
             raise invalid("source_event_ids", f"must be a list of 1 to {MAX_SOURCE_IDS} event ids")
         ids = tuple(ids)
-    return services.ManualRequest(checkpoint_id, run_async, timeout, check_head, head, ids)
+    return services.ManualRequest(compaction_id, run_async, timeout, check_head, head, ids)
 
 
 class CompactionListView(SessionsScopedView):
@@ -174,7 +181,12 @@ class CompactionListView(SessionsScopedView):
         page = self.paginate_queryset(
             Checkpoint.objects.filter(session=session).defer("summary", "items_json")
         )
-        return self.get_paginated_response([checkpoint_json(row) for row in page])
+        public = services.compaction_ids(
+            {key for row in page for key in (row.id, row.parent_id, row.subsumed_by_id)}
+        )
+        return self.get_paginated_response(
+            [checkpoint_json(row, public=public) for row in page]
+        )
 
     @extend_schema(
         operation_id="compactions_request",
@@ -190,13 +202,16 @@ class CompactionListView(SessionsScopedView):
         session = self.session_or_404(sid)
         row, created = services.request_manual(session, manual)
         if row.status == Checkpoint.PENDING:
-            url = request.build_absolute_uri(f"{request.path}/{row.id}")
+            url = request.build_absolute_uri(f"{request.path}/{row.compaction_id}")
             return Response(
-                {"compaction_id": str(row.id), "status": row.status, "status_url": url},
+                {"compaction_id": str(row.compaction_id), "status": row.status, "status_url": url},
                 status=status.HTTP_202_ACCEPTED,
             )
         if row.status == Checkpoint.FAILED and created:
-            details = {"compaction_id": str(row.id), **getattr(row, "conflict_details", {})}
+            details = {
+                "compaction_id": str(row.compaction_id),
+                **getattr(row, "conflict_details", {}),
+            }
             conflict = row.reason in {"stale_head", "compaction_conflict"}
             raise ApiError(
                 row.reason,

@@ -254,8 +254,10 @@ def automatic_state(session_pk: int) -> engine.AutomaticState:
 # ----------------------------------------------------------------------------- requests
 
 
-def _existing(session: Session, checkpoint_id: uuid.UUID) -> Checkpoint | None:
-    found = Checkpoint.objects.filter(pk=checkpoint_id).first()
+def _existing(session: Session, compaction_id: uuid.UUID) -> Checkpoint | None:
+    """The app's compaction of this id (ids live in their app's key space: another app's
+    compaction of the same id is never seen here)."""
+    found = Checkpoint.objects.filter(app_id=session.app_id, compaction_id=compaction_id).first()
     if found is None:
         return None
     if found.session_id != session.pk:
@@ -263,7 +265,7 @@ def _existing(session: Session, checkpoint_id: uuid.UUID) -> Checkpoint | None:
             "compaction_id_taken",
             "This compaction id is used by another session.",
             status_code=409,
-            details={"compaction_id": str(checkpoint_id)},
+            details={"compaction_id": str(compaction_id)},
         )
     return found
 
@@ -271,7 +273,7 @@ def _existing(session: Session, checkpoint_id: uuid.UUID) -> Checkpoint | None:
 def _in_progress(session: Session) -> ApiError:
     running = (
         Checkpoint.objects.filter(session=session, status__in=["pending", "running"])
-        .values_list("id", flat=True)
+        .values_list("compaction_id", flat=True)
         .first()
     )
     return ApiError(
@@ -284,7 +286,7 @@ def _in_progress(session: Session) -> ApiError:
 
 @dataclass(frozen=True)
 class ManualRequest:
-    checkpoint_id: uuid.UUID
+    compaction_id: uuid.UUID
     run_async: bool = False
     timeout_ms: int | None = None
     check_head: bool = False  # compare the head with expected_head (None: no checkpoint yet)
@@ -294,20 +296,24 @@ class ManualRequest:
 
 def request_manual(session: Session, request: ManualRequest) -> tuple[Checkpoint, bool]:
     """(the checkpoint, whether this call created it). Synchronous unless ``run_async``."""
-    existing = _existing(session, request.checkpoint_id)
+    existing = _existing(session, request.compaction_id)
     if existing is not None:
         return existing, False
     policy, _source = effective_policy(session)
+    expected_key = None  # the expected head's own key, for the check at commit
     if request.check_head:
-        head = _head_id(session.pk)
+        head_key, head = _head(session.pk)
         if head != request.expected_head:
             raise _stale_head(request.expected_head, head)
+        expected_key = head_key
     status = Checkpoint.PENDING if request.run_async else Checkpoint.RUNNING
     try:
         with transaction.atomic():
             _take_over_pending_check(session.pk)
             row = Checkpoint.objects.create(
-                id=request.checkpoint_id,
+                id=uuid.uuid4(),
+                app_id=session.app_id,
+                compaction_id=request.compaction_id,
                 session=session,
                 status=status,
                 origin="manual",
@@ -315,7 +321,7 @@ def request_manual(session: Session, request: ManualRequest) -> tuple[Checkpoint
                 source_event_ids=list(request.source_event_ids or []),
                 timeout_ms=request.timeout_ms,
                 check_head=request.check_head,
-                expected_head=request.expected_head,
+                expected_head=expected_key,
             )
     except IntegrityError:
         raise _in_progress(session) from None
@@ -329,7 +335,7 @@ def request_manual(session: Session, request: ManualRequest) -> tuple[Checkpoint
         session,
         policy,
         timeout_ms=request.timeout_ms,
-        expected_head=request.expected_head if request.check_head else head_unchecked,
+        expected_head=expected_key if request.check_head else head_unchecked,
         pinned=request.source_event_ids,
     ), True
 
@@ -355,13 +361,27 @@ def _take_over_pending_check(session_pk: int) -> None:
     ).delete()
 
 
-def _head_id(session_pk: int) -> str | None:
+def _head(session_pk: int) -> tuple[str | None, str | None]:
+    """The active checkpoint's own key and its compaction id (None, None without one)."""
     head = (
         Checkpoint.objects.filter(session_id=session_pk, status=Checkpoint.ACTIVE)
-        .values_list("id", flat=True)
+        .values_list("id", "compaction_id")
         .first()
     )
-    return None if head is None else str(head)
+    return (None, None) if head is None else (str(head[0]), str(head[1]))
+
+
+def compaction_ids(keys) -> dict[str, str]:
+    """The compaction ids of checkpoints by their own keys (what the API shows of them)."""
+    wanted = [key for key in keys if key is not None]
+    if not wanted:
+        return {}
+    return {
+        str(key): str(public)
+        for key, public in Checkpoint.objects.filter(pk__in=wanted).values_list(
+            "id", "compaction_id"
+        )
+    }
 
 
 def _stale_head(expected, current) -> ApiError:
@@ -463,8 +483,11 @@ def run_overflow(
     try:
         with transaction.atomic():
             _take_over_pending_check(session.pk)
+            key = uuid.uuid4()
             row = Checkpoint.objects.create(
-                id=uuid.uuid4(),
+                id=key,
+                app_id=session.app_id,
+                compaction_id=key,
                 session=session,
                 status=Checkpoint.RUNNING,
                 origin="overflow",
@@ -489,8 +512,11 @@ def run_pre_request(session: Session, current_input_tokens: int) -> Checkpoint |
     try:
         with transaction.atomic():
             _take_over_pending_check(session.pk)
+            key = uuid.uuid4()
             row = Checkpoint.objects.create(
-                id=uuid.uuid4(),
+                id=key,
+                app_id=session.app_id,
+                compaction_id=key,
                 session=session,
                 status=Checkpoint.RUNNING,
                 origin="automatic",
@@ -537,7 +563,10 @@ def execute(
     from sessions_app.compaction.summarizers import summarizer_for
 
     outcome = engine.compact(
-        inp, summarizer_for(policy.summarizer), deadline=deadline, checkpoint_id=str(row.id)
+        inp,
+        summarizer_for(policy.summarizer),
+        deadline=deadline,
+        checkpoint_id=str(row.compaction_id),
     )
     elapsed_ms = (time.monotonic() - started) * 1000
     row.summarizer = policy.summarizer.kind
@@ -668,8 +697,8 @@ def _summary_event(row: Checkpoint, outcome: engine.Outcome, start, end) -> dict
     and the summary as the content that replaces it."""
     content = outcome.items[0]["content"]
     return {
-        "event_id": f"compaction-{row.id}",
-        "invocation_id": f"compaction-{row.id}",
+        "event_id": f"compaction-{row.compaction_id}",
+        "invocation_id": f"compaction-{row.compaction_id}",
         "author": SUMMARY_EVENT_AUTHOR,
         "content": None,
         "turn_complete": None,
@@ -681,7 +710,7 @@ def _summary_event(row: Checkpoint, outcome: engine.Outcome, start, end) -> dict
             }
         },
         "usage_metadata": None,
-        "custom_metadata": {"checkpoint_id": str(row.id)},
+        "custom_metadata": {"checkpoint_id": str(row.compaction_id)},
     }
 
 
@@ -716,10 +745,11 @@ def _commit(
         if current_head != head or (
             expected_head is not head_unchecked and current_head != expected_head
         ):
+            public = compaction_ids([head, current_head])
             raise CommitConflict(
                 "stale_head",
                 "The session's active checkpoint changed; nothing changed.",
-                {"expected_head": head, "current_head": current_head},
+                {"expected_head": public.get(head), "current_head": public.get(current_head)},
             )
         if {v.view.id for v in now_visible_rows} != {v.view.id for v in visible}:
             raise CommitConflict(
@@ -931,7 +961,9 @@ def _purge(session_pk: int, row: Checkpoint, event_ids: list[str]) -> None:
 
 
 def get_checkpoint(session: Session, checkpoint_id: str) -> Checkpoint:
-    found = Checkpoint.objects.filter(session=session, pk=uuid_or_404(checkpoint_id)).first()
+    found = Checkpoint.objects.filter(
+        session=session, compaction_id=uuid_or_404(checkpoint_id)
+    ).first()
     if found is None:
         raise not_found()
     return found

@@ -36,20 +36,22 @@ def request_automatic(session_pk: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            WITH locked AS (SELECT id FROM sessions_app_session WHERE id = %s FOR KEY SHARE)
+            WITH locked AS (
+                SELECT id, app_id FROM sessions_app_session WHERE id = %s FOR KEY SHARE
+            )
             INSERT INTO sessions_app_checkpoint
-                (id, session_id, status, origin, trigger, representation, reason, message,
-                 source_event_ids, source_fingerprint, items_json, items_bytes, item_count,
-                 tokens, summarizer, model, usage, policy, high_water_seq,
-                 window_end_invocation, projected_event_ids, summary_event_id, purged_events,
-                 created_at)
-            SELECT %s, id, 'pending', 'automatic', '', '', '', '', '{}', '', '', 0, 0, 0, '',
-                   '', '{}', '{}', 0, '', '{}', '', 0, now()
+                (id, compaction_id, app_id, session_id, status, origin, trigger,
+                 representation, reason, message, source_event_ids, source_fingerprint,
+                 items_json, items_bytes, item_count, tokens, summarizer, model, usage, policy,
+                 high_water_seq, window_end_invocation, projected_event_ids, summary_event_id,
+                 purged_events, created_at)
+            SELECT %s, %s, app_id, id, 'pending', 'automatic', '', '', '', '', '{}', '', '',
+                   0, 0, 0, '', '', '{}', '{}', 0, '', '{}', '', 0, now()
               FROM locked
             ON CONFLICT (session_id) WHERE status IN ('pending', 'running') DO NOTHING
             RETURNING id
             """,
-            [session_pk, checkpoint_id],
+            [session_pk, checkpoint_id, checkpoint_id],
         )
         created = cursor.fetchone()
     if created is not None:

@@ -214,7 +214,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
             current_input_tokens=estimate_tokens(fixed_total, policy.bytes_per_token),
             history_limit_bytes=overflow.limit_bytes,
         )
-        compaction_id = str(checkpoint.id)
+        compaction_id = str(checkpoint.compaction_id)
         if checkpoint.status != "active":
             telemetry.CONTEXT_BUILDS.labels("compaction_failed").inc()
             raise ApiError(
