@@ -1130,7 +1130,7 @@ def worker_kill(service: ServiceProcess, key: str, app: str) -> dict:
         with database(service) as conn:
             while now() < deadline:
                 status = conn.execute(
-                    "SELECT status FROM sessions_app_checkpoint WHERE id = %s",
+                    "SELECT status FROM sessions_app_checkpoint WHERE compaction_id = %s",
                     [answer["compaction_id"]],
                 ).fetchone()[0]
                 if status == "running":
@@ -1158,7 +1158,8 @@ def worker_kill(service: ServiceProcess, key: str, app: str) -> dict:
                 "SELECT phase FROM memory_outboxjob WHERE id = %s", [marks.get("job")]
             ).fetchone()
             status = conn.execute(
-                "SELECT status FROM sessions_app_checkpoint WHERE id = %s", [compaction_id]
+                "SELECT status FROM sessions_app_checkpoint WHERE compaction_id = %s",
+                [compaction_id],
             ).fetchone()
         if job_done is None and phase and phase[0] in ("completed", "failed", "cancelled"):
             job_done = (now(), phase[0])
@@ -1181,7 +1182,8 @@ def worker_kill(service: ServiceProcess, key: str, app: str) -> dict:
             [app, user],
         ).fetchone()
         compaction = conn.execute(
-            "SELECT status, reason FROM sessions_app_checkpoint WHERE id = %s", [compaction_id]
+            "SELECT status, reason FROM sessions_app_checkpoint WHERE compaction_id = %s",
+            [compaction_id],
         ).fetchone()
         committed = conn.execute(
             """
