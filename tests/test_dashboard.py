@@ -98,7 +98,8 @@ def test_staff_see_it_and_the_index_links_to_it(client):
 @pytest.mark.django_db
 def test_nothing_seeded_is_shown(operator, owner):
     seeded = seed_activity(owner.client())
-    assert Checkpoint.objects.get(compaction_id=seeded["compaction"]["compaction_id"]).status == "active"
+    compacted = Checkpoint.objects.get(compaction_id=seeded["compaction"]["compaction_id"])
+    assert compacted.status == "active"
     assert Event.objects.filter(context_json__contains=DISTINCTIVE).exists()
     page = operator.get(PAGE)
     data = operator.get(DATA)
