@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 
@@ -13,7 +14,19 @@ admin.site.site_title = "ctxadmin console"
 admin.site.index_title = "Operations"
 
 
-class MachineOwnedAdmin(admin.ModelAdmin):
+class ConsoleAdmin(admin.ModelAdmin):
+    """The console's model pages: an action the operator may not run is refused with 403.
+    (Django leaves it out of the menu, but a posted one answers "No action selected" with a
+    redirect, or the list page when the operator may run none, as if it were a slip.)"""
+
+    def changelist_view(self, request, extra_context=None):
+        action = request.POST.get("action") if request.method == "POST" else None
+        if action and action not in self.get_actions(request):
+            raise PermissionDenied
+        return super().changelist_view(request, extra_context)
+
+
+class MachineOwnedAdmin(ConsoleAdmin):
     """Rows the service writes (through its own services, with their validation and
     receipts): operators look, never add, edit or delete."""
 
@@ -30,7 +43,7 @@ class MachineOwnedAdmin(admin.ModelAdmin):
 
 
 @admin.register(App)
-class AppAdmin(admin.ModelAdmin):
+class AppAdmin(ConsoleAdmin):
     list_display = ["name", "display_name", "active_keys", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["created_at", "updated_at"]
@@ -62,7 +75,7 @@ class ApiKeyCreateForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(ConsoleAdmin):
     list_display = ["prefix", "app", "name", "scope_list", "state", "created_at", "last_used_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), "app"]
     list_select_related = ["app"]

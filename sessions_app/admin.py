@@ -7,7 +7,7 @@ from django.db.models import F, OuterRef, Subquery
 from django.urls import reverse
 from django.utils.html import format_html
 
-from ctxadmin.admin import MachineOwnedAdmin
+from ctxadmin.admin import ConsoleAdmin, MachineOwnedAdmin
 from ctxadmin.content import ContentAdminMixin, render
 from sessions_app.compaction.policy import TRIGGERS
 from sessions_app.models import (
@@ -22,7 +22,7 @@ from sessions_app.models import (
 
 
 @admin.register(Session)
-class SessionAdmin(admin.ModelAdmin):
+class SessionAdmin(ConsoleAdmin):
     """Sessions by their numbers only: no state, no events, no content."""
 
     list_display = [

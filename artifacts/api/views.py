@@ -45,8 +45,21 @@ class ArtifactsScopedView(AppScopedView):
     required_scopes = {"*": SCOPE_SESSIONS}
 
 
+def _once(request, name: str) -> str | None:
+    """The parameter's value; given twice it is refused, not read by its last value (which
+    one a proxy in front reads is anyone's guess)."""
+    given = request.query_params.getlist(name)
+    if len(given) > 1:
+        raise ApiError(
+            "invalid_parameter", f"{name} must be given once", details={"parameter": name}
+        )
+    return given[0] if given else None
+
+
 def _format(request) -> str:
-    value = request.query_params.get("format", "json")
+    value = _once(request, "format")
+    if value is None:
+        return "json"
     if value not in FORMATS:
         raise ApiError(
             "invalid_parameter",
@@ -57,7 +70,7 @@ def _format(request) -> str:
 
 
 def _version(request) -> int | None:
-    raw = request.query_params.get("version")
+    raw = _once(request, "version")
     if raw is None:
         return None
     if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
@@ -101,8 +114,10 @@ class ArtifactDetailView(ArtifactsScopedView):
 
     @property
     def allowed_query_params(self) -> frozenset[str]:
+        loading = frozenset({"version", "format"})
         return {
-            "GET": frozenset({"version", "format"}),
+            "GET": loading,
+            "HEAD": loading,  # answered by get(), without the body
             "POST": frozenset({"format"}),
         }.get(self.request.method, frozenset())
 

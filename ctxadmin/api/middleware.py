@@ -3,16 +3,21 @@ from __future__ import annotations
 import io
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.wsgi import LimitedStream
 
 from ctxadmin.api.errors import error_response
 
 
 class BodySizeLimitMiddleware:
-    """Refuse bodies over ``CTXADMIN_MAX_BODY_BYTES`` with 413 before anything reads them.
+    """Refuse bodies over ``CTXADMIN_MAX_BODY_BYTES`` with 413 before anything reads them,
+    and bodies that end before they should with 400 ``incomplete_body``.
 
     A declared Content-Length over the limit is refused without reading; a body without one
-    (chunked) is read up to the limit plus one byte and refused if it goes past.
+    (chunked) is read up to the limit plus one byte and refused if it goes past. A body is
+    then read whole here: one that ends before its Content-Length (the client stopped
+    sending), or a chunked one cut short, would otherwise reach a view shortened — a raw
+    artifact stored truncated — or fail it with a 500.
     """
 
     def __init__(self, get_response):
@@ -28,10 +33,22 @@ class BodySizeLimitMiddleware:
                 return error_response(400, "bad_request", "Content-Length is not a number.")
             if length > limit:
                 return self._too_large(limit)
+            if length > 0:
+                try:
+                    received = len(request.body)
+                except RequestDataTooBig:
+                    return self._too_large(limit)
+                except OSError:  # the server's read failed: the connection went away
+                    received = None
+                if received != length:
+                    return self._incomplete(length, received)
         elif request.META.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked":
             stream = request.META.get("wsgi.input")
             if stream is not None:
-                body = stream.read(limit + 1)
+                try:
+                    body = stream.read(limit + 1)
+                except OSError:  # a chunk cut short, a bad chunk size, no last chunk
+                    return self._incomplete(None, None)
                 if len(body) > limit:
                     return self._too_large(limit)
                 # Django reads only CONTENT_LENGTH bytes: hand it the de-chunked body.
@@ -46,4 +63,13 @@ class BodySizeLimitMiddleware:
             "request_too_large",
             f"The request body exceeds the limit of {limit} bytes.",
             {"limit_bytes": limit},
+        )
+
+    @staticmethod
+    def _incomplete(declared: int | None, received: int | None):
+        return error_response(
+            400,
+            "incomplete_body",
+            "The request body ended before it was complete; nothing was done.",
+            {"declared_bytes": declared, "received_bytes": received},
         )

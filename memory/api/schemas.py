@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
+from memory.filters import MAX_CONDITIONS, MAX_IN_VALUES, MAX_STRING_BYTES
 from memory.governance import MAX_RETENTION_DAYS, MAX_TTL_SECONDS
 
 _OBJECT = {"type": "object", "additionalProperties": True}
@@ -94,7 +95,14 @@ COMPONENTS = {
         {
             "query": {"type": "string", "minLength": 1, "maxLength": 4096},
             "mode": {"enum": ["lexical", "vector", "hybrid"]},
-            "filter": {**_OBJECT, "nullable": True},
+            "filter": {
+                **_OBJECT,
+                "nullable": True,
+                "description": "Conditions on metadata, `session_id` and `created_at`, all "
+                f"ANDed (README, memory search): at most {MAX_CONDITIONS} conditions, "
+                f"{MAX_IN_VALUES} values in each `$in`/`$nin` and {MAX_STRING_BYTES} bytes "
+                "(UTF-8) of string values in all; beyond, 400 `validation_error` on `filter`.",
+            },
             "limit": {"type": "integer", "minimum": 1, "maximum": 100},
             "min_score": {"type": "number", "nullable": True},
             # null: the embedder's measured fusion, as when absent.
