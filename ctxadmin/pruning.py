@@ -61,7 +61,10 @@ from typing import Any
 from ctxadmin.credentials import REDACTED, looks_like_secret, redact_secret_text
 
 __all__ = [
+    "ECHO_CHARS",
+    "MAX_ECHOED",
     "REDACTED",
+    "echoed",
     "has_secret_keys",
     "is_secret_key",
     "key_words",
@@ -220,3 +223,19 @@ def has_secret_keys(value: Any) -> bool:
         elif isinstance(node, list):
             stack.extend(node)
     return False
+
+
+# ----------------------------------------------------------------------------- echoes
+
+ECHO_CHARS = 64
+MAX_ECHOED = 16  # names one error lists at most (unknown query parameters, fields)
+
+
+def echoed(text: Any, limit: int = ECHO_CHARS) -> str:
+    """A client-provided string as an error message may quote it: ``[redacted]`` when it
+    looks like a credential, else at most ``limit`` characters (a longer one ends in
+    ``…``)."""
+    text = text if isinstance(text, str) else repr(text)
+    if looks_like_secret(text[:4096]):
+        return REDACTED
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,13 +1,15 @@
 """The two secret detectors held to their tables: key-name pruning (``is_secret_key``,
 ``prune_secrets``) and credential-looking text (``looks_like_secret``,
-``redact_secret_text``)."""
+``redact_secret_text``), plus the bounded echo of client strings in error messages."""
 
 from __future__ import annotations
 
 import pytest
 
 from ctxadmin.pruning import (
+    ECHO_CHARS,
     REDACTED,
+    echoed,
     has_secret_keys,
     is_secret_key,
     key_words,
@@ -99,3 +101,13 @@ def test_a_private_key_block_goes_whole():
     block = "key:\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\nabc\n-----END EC PRIVATE KEY-----\nbye"
     assert redact_secret_text(block) == f"key:\n{REDACTED}\nbye"
     assert redact_secret_text("-----BEGIN PRIVATE KEY-----\nMIIE\nrest") == REDACTED
+
+
+def test_an_echo_is_bounded_and_redacted():
+    assert echoed("api_key") == "api_key"  # a credential's name is not a credential
+    assert echoed("x" * 300) == "x" * (ECHO_CHARS - 1) + "…"
+    assert len(echoed("y" * 65)) == ECHO_CHARS
+    for _label, text, secret in CREDENTIALS:
+        shown = echoed(text)
+        assert secret not in shown and len(shown) <= ECHO_CHARS
+    assert echoed(12) == "12"

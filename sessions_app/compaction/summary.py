@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxadmin.canonical import canonical_size
-from ctxadmin.pruning import looks_like_secret
+from ctxadmin.pruning import echoed, looks_like_secret
 
 VERSION = 1
 MAX_TEXT_CHARS = 1000
@@ -102,7 +102,7 @@ def _closed(value: Any, keys: frozenset[str] | set[str], path: str) -> dict:
         raise SummaryInvalid(path, "must be an object")
     unknown = sorted(set(value) - set(keys))
     if unknown:
-        raise SummaryInvalid(f"{path}.{unknown[0]}", "unknown field")
+        raise SummaryInvalid(f"{path}.{echoed(unknown[0])}", "unknown field")
     missing = sorted(set(keys) - set(value))
     if missing:
         raise SummaryInvalid(f"{path}.{missing[0]}", "is required")
