@@ -28,27 +28,35 @@ is secret when its words hold:
   word stands before it (``max_tokens``, ``input_tokens``, ``cached_content_token_count``,
   ``x-ratelimit-remaining-tokens``).
 
-Ordinary keys must survive (``tests/test_pruning_tables.py`` holds both tables): words are
+Ordinary keys must survive (``tests/secret_tables.py`` holds both tables, which
+``tests/test_secret_detectors.py`` and ``tests/test_secrets_never_leak.py`` run): words are
 whole, so ``author``, ``authority``, ``keyword``, ``monkey``, ``passage``, ``passport``,
 ``passenger``, ``secretary``, ``tokenizer``, ``oauth`` are not credential words. Decided
 borderline cases:
 
 - pruned: ``auth_config``, ``requested_auth_configs`` (ADK's auth configs hold raw and
-  exchanged credentials), ``auth_scheme``, ``auth_code``, ``secret_name`` and
+  exchanged credentials), ``auth_code``, ``authorization_code``, ``secret_name`` and
   ``secretKeyRef`` (naming a credential is enough: the safe mistake), ``password_policy``,
-  ``session_key`` (Django's session key is the cookie's value), ``tokens`` alone,
-  ``access_key_id`` (half of an AWS credential), ``webhook_key``;
+  ``session_key`` (Django's session key is the cookie's value), ``tokens`` and ``token``
+  alone (even where they hold a tokenizer's piece, as in OpenAI logprobs), ``tool_token``
+  (ctxadmin's own tool tokens), ``access_key_id`` (half of an AWS credential),
+  ``webhook_key``, ``PWD`` (also the shell's working directory);
 - kept: ``session_id``/``sessionId`` (ADK's, LangGraph's and ctxadmin's own identifier,
-  and function-call arguments; only the glued cookie name ``sessionid`` is pruned),
-  ``thought_signature`` (a Gemini thought signature is opaque model state, not a
-  credential), ``signature`` and ``x-hub-signature`` (a message's signature, not a key),
-  ``function_call.id``, ``key``/``keys`` alone (``{"key": …, "value": …}`` pairs),
-  ``public_key``, ``publishable_key``, ``primary_key`` (a database column; Azure's
-  ``primaryKey`` is lost with it), ``kms_key_id``, ``idempotency_key``, ``cache_key``,
-  ``client_id``, ``token_uri``, ``token_type``, ``usage_metadata`` and every token count of
-  ADK, Gemini, OpenAI and Anthropic (``prompt_token_count``, ``max_output_tokens``,
+  and function-call arguments; only the glued cookie names ``sessionid``, ``PHPSESSID``,
+  ``JSESSIONID`` are pruned, so ASP.NET's ``ASP.NET_SessionId`` and Express's
+  ``connect.sid`` are missed), ``thought_signature`` (a Gemini thought signature is opaque
+  model state, not a credential), ``signature`` and ``x-hub-signature`` (a message's
+  signature, not a key), ``function_call.id``, ``key``/``keys`` alone (``{"key": …,
+  "value": …}`` pairs), ``public_key``, ``publishable_key``, ``primary_key`` (a database
+  column; Azure's ``primaryKey`` is missed with it), ``kms_key_id``, ``idempotency_key``,
+  ``cache_key``, ``client_id``, ``auth_uri``, ``auth_type``, ``auth_scheme``, ``token_uri``,
+  ``token_type``, ``cookie_domain``, ``usage_metadata`` and every token count of ADK,
+  Gemini, OpenAI and Anthropic (``prompt_token_count``, ``max_output_tokens``,
   ``budget_tokens``, ``cache_read_input_tokens``, ``prompt_tokens_details``), ``seed``,
-  ``oauth`` (its credentials are pruned inside it), ``author``.
+  ``pin``, ``oauth`` (the credentials inside it are pruned), ``author``.
+
+Events keep the context JSON computed at their append: one appended before a rule changed
+keeps the pruning of its day in later context builds.
 """
 
 from __future__ import annotations
