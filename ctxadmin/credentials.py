@@ -43,7 +43,10 @@ zero-width spaces and joiners, soft hyphens, direction marks) removed, so a full
 ``password=…`` (U+FF50 …) and ``pass\\u200bword=…`` are found; redaction maps each span back
 to the original text and replaces exactly that span (format characters inside it included).
 ASCII text, and text already in NFKC without format characters, is matched as it is (no
-copy). Homoglyphs from other scripts (a Cyrillic ``\\u0430`` for ``a``) are not folded.
+copy); ``looks_like_secret`` normalises the whole text at once (no offsets to keep), so the
+two can differ only where NFKC composes across characters, and a caller that redacts then
+checks again (outbox ingestion, the extractive summarizer) drops what is still flagged.
+Homoglyphs from other scripts (a Cyrillic ``\\u0430`` for ``a``) are not folded.
 
 detect-secrets 1.5.0 was measured on the same corpus first, in process through
 ``scan_line``: with its default plugins it flags 67 of the 71 ordinary texts (the entropy
@@ -281,7 +284,7 @@ DETECTORS: tuple[Detector, ...] = (
         pattern=r"authorization[\"'`]?[ \t]*[:=][ \t]*[\"'`]?(?:[a-z0-9-]+[ \t]+)?"
         rf"{_PLACEHOLDER}[^\s\"'`]{{8,}}",
     ),
-    _lower("cookie", pattern=r"cookie[ \t]*:[ \t]*[^\s=;]+=[^\s;]{4,}"),
+    _lower("cookie", pattern=r"cookie[ \t]*:[ \t]*[^\s=;]{1,128}=[^\s;]{4,}"),
     # A credential name assigned a value, or given in a sentence (any prefix:
     # aws_secret_access_key, DB_PASSWORD, "my wifi password is …").
     *(
@@ -294,8 +297,8 @@ DETECTORS: tuple[Detector, ...] = (
         for anchor, name in _FAMILIES.items()
     ),
     _lower("pin", pattern=rf"pin(?:{_SAID})", check=_named("pin")),
-    _lower("--", pattern=rf"--[a-z0-9-]*?{_ANY_NAME}[ \t]+{_VALUE}"),
-    _lower("<", pattern=rf"<[a-z0-9_:-]*?{_ANY_NAME}>[ \t]*{_PLACEHOLDER}[^<\s]{{4,}}"),
+    _lower("--", pattern=rf"(?<!-)--[a-z0-9-]{{0,40}}?{_ANY_NAME}[ \t]+{_VALUE}"),
+    _lower("<", pattern=rf"<[a-z0-9_:-]{{0,40}}?{_ANY_NAME}>[ \t]*{_PLACEHOLDER}[^<\s]{{4,}}"),
     _lower("bearer", pattern=r"bearer[ \t]+[a-z0-9._~+/=-]{12,}"),
     _lower("basic", pattern=r"basic[ \t]+(?P<b64>[a-z0-9+/]{8,}={0,2})", check=_basic_credentials),
     # Credentials in URLs (only user:password@ is redacted); Azure SAS signatures.
@@ -336,7 +339,10 @@ DETECTORS: tuple[Detector, ...] = (
         pattern=r"(?:AIza[0-9A-Za-z_-]{30,}|ya29\.[0-9A-Za-z_-]{20,})"
         r"|(?<![\w/])1//0[0-9A-Za-z_-]{30,}",
     ),
-    _exact("eyJ", pattern=r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
+    _exact(
+        "eyJ",
+        pattern=r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+    ),
     _exact(
         "SG.",
         "SK",
@@ -395,9 +401,11 @@ def _spans(text: str) -> Iterator[tuple[int, int]]:
 
 
 def looks_like_secret(text: str) -> bool:
-    """Whether free text appears to contain a credential."""
-    normal, _origin = normalised(text)
-    return next(_spans(normal), None) is not None
+    """Whether free text appears to contain a credential (read as NFKC of the whole text
+    with format characters removed: no offsets are needed to answer)."""
+    if not text.isascii():
+        text = _HAS_FORMAT.sub("", unicodedata.normalize("NFKC", text))
+    return next(_spans(text), None) is not None
 
 
 def redact_secret_text(text: str, marker: str = REDACTED) -> str:
