@@ -15,7 +15,7 @@ from typing import Any
 
 from ctxadmin.api.paths import ARTIFACT_NAME_PATTERN
 from ctxadmin.canonical import canonical_json
-from ctxadmin.pruning import prune_secrets
+from ctxadmin.pruning import echoed, prune_secrets
 
 USER_PREFIX = "user:"
 SESSION_SCOPE = "session"
@@ -132,7 +132,7 @@ def parse_save_body(body: Any, max_bytes: int) -> SaveBody:
         raise RuleError("body", "must be a JSON object")
     unknown = sorted(set(body) - SAVE_FIELDS)
     if unknown:
-        raise RuleError(unknown[0], "unknown field")
+        raise RuleError(echoed(unknown[0]), "unknown field")
     encoded = body.get("data_base64")
     if not isinstance(encoded, str):
         raise RuleError("data_base64", "is required: the artifact's bytes in standard base64")

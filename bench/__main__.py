@@ -33,7 +33,15 @@ from urllib.parse import urlencode, urlsplit
 import psutil
 import psycopg
 
-from bench import cache_bench, invocation_bench, load_bench, locomo, memory_bench, outbox_bench
+from bench import (
+    cache_bench,
+    invocation_bench,
+    load_bench,
+    locomo,
+    memory_bench,
+    outbox_bench,
+    secret_bench,
+)
 from bench.workload import conversation
 from ctxadmin import stack
 from ctxadmin.testing.service import ServiceProcess
@@ -581,6 +589,8 @@ def main() -> None:
         fake_gemini.stop()
     write_report(ours, peer, info, args, compaction, memory, outbox, cache, invocations)
     print(f"wrote {REPORT}")
+    print("measuring the secret detectors …", flush=True)
+    secret_bench.run_section("make bench")  # in process: no service
     # In var/load, with a Redis of its own: its faults disturb nothing measured above.
     load_failures = load_bench.run_section("make bench")
     if cache["failures"]:

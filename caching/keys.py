@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxadmin.canonical import canonical_size, fingerprint
-from ctxadmin.pruning import is_secret_key, prune_secrets
+from ctxadmin.pruning import echoed, is_secret_key, prune_secrets
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 _MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}")
@@ -161,7 +161,9 @@ def _object(value: Any, path: str, allowed: frozenset[str]) -> dict:
         raise CacheInputError(path, "must be a JSON object")
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise CacheInputError(f"{path}.{unknown[0]}", f"unknown key; allowed: {sorted(allowed)}")
+        raise CacheInputError(
+            f"{path}.{echoed(unknown[0])}", f"unknown key; allowed: {sorted(allowed)}"
+        )
     return value
 
 
@@ -175,7 +177,7 @@ def secret_key_path(value: Any, path: str) -> str | None:
     """The path of the first secret-named key anywhere in ``value`` (None: there is none)."""
     if isinstance(value, dict):
         for key, item in value.items():
-            here = f"{path}.{key}"
+            here = f"{path}.{echoed(key)}"
             if isinstance(key, str) and is_secret_key(key):
                 return here
             found = secret_key_path(item, here)
@@ -237,7 +239,8 @@ def parse_policy(raw: Any, limits: Limits, path: str = "scope.policy") -> CacheP
             raise CacheInputError(f"{path}.labels", "label names are [a-z0-9_.-], 1-63 characters")
         if not isinstance(value, str) or len(value) > MAX_LABEL_VALUE:
             raise CacheInputError(
-                f"{path}.labels.{key}", f"must be a string of at most {MAX_LABEL_VALUE} characters"
+                f"{path}.labels.{echoed(key)}",
+                f"must be a string of at most {MAX_LABEL_VALUE} characters",
             )
     return CachePolicy(
         min_prefix_tokens=_int(

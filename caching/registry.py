@@ -60,6 +60,7 @@ from caching.providers import get_adapter
 from ctxadmin.api.errors import ApiError, not_found
 from ctxadmin.models import App
 from ctxadmin.providers.base import ProviderError
+from ctxadmin.pruning import echoed
 
 logger = logging.getLogger("ctxadmin.cache")
 
@@ -128,7 +129,7 @@ def parse_acquire(body: Any, app: App) -> AcquireRequest:
             raise CacheInputError("body", "must be a JSON object")
         unknown = sorted(set(body) - ACQUIRE_KEYS)
         if unknown:
-            raise CacheInputError(unknown[0], "unknown field")
+            raise CacheInputError(echoed(unknown[0]), "unknown field")
         for required in ("scope", "prefix"):
             if required not in body:
                 raise CacheInputError(required, "is required")
@@ -155,7 +156,7 @@ def parse_scope_body(body: Any, app: App) -> CacheScope | str:
             raise CacheInputError("body", "must be a JSON object")
         unknown = sorted(set(body) - {"scope", "scope_fingerprint"})
         if unknown:
-            raise CacheInputError(unknown[0], "unknown field")
+            raise CacheInputError(echoed(unknown[0]), "unknown field")
         if ("scope" in body) == ("scope_fingerprint" in body):
             raise CacheInputError("body", "give exactly one of scope and scope_fingerprint")
         if "scope" in body:

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from ctxadmin.keys import generate_key, hash_key
 from ctxadmin.models import SCOPES, ApiKey, App
+from ctxadmin.pruning import MAX_ECHOED, echoed
 
 
 def create_app(name: str, display_name: str = "") -> App:
@@ -33,7 +34,8 @@ def normalise_scopes(scopes: Iterable[str]) -> list[str]:
     chosen = sorted(set(scopes))
     unknown = [scope for scope in chosen if scope not in SCOPES]
     if unknown:
-        raise ValidationError({"scopes": f"unknown scope(s) {unknown}; choose from {list(SCOPES)}"})
+        shown = [echoed(scope) for scope in unknown[:MAX_ECHOED]]
+        raise ValidationError({"scopes": f"unknown scope(s) {shown}; choose from {list(SCOPES)}"})
     if not chosen:
         raise ValidationError({"scopes": f"choose at least one of {list(SCOPES)}"})
     return chosen

@@ -57,6 +57,8 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from ctxadmin.pruning import REDACTED, looks_like_secret
+
 __all__ = [
     "MAX_CONDITIONS",
     "MAX_IN_VALUES",
@@ -286,6 +288,9 @@ class _Compiler:
 
 
 def _show(key: str) -> str:
+    """A client's key as an error path quotes it: bounded, a credential redacted."""
+    if looks_like_secret(key[:4096]):
+        return REDACTED
     return key if len(key) <= 80 else key[:80] + "..."
 
 

@@ -21,6 +21,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.canonical import fingerprint
 from ctxadmin.models import App
+from ctxadmin.pruning import echoed
 from memory.models import Consent, LegalHold, MemoryPolicy
 from sessions_app.events import iso_timestamp
 
@@ -266,7 +267,7 @@ def place_legal_hold(app: App, user_id: str, body: Any, key_prefix: str) -> dict
     if body is not None and not isinstance(body, dict):
         raise invalid("body", "must be empty or an empty JSON object")
     if body:
-        raise invalid(sorted(body)[0], "unknown field")
+        raise invalid(echoed(sorted(body)[0]), "unknown field")
     from memory import erasure
 
     with transaction.atomic():

@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object, uuid_or_404
 from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.models import App
-from ctxadmin.pruning import is_secret_key, looks_like_secret
+from ctxadmin.pruning import echoed, is_secret_key, looks_like_secret
 from memory import erasure, governance, scope_index
 from memory import filters as memory_filters
 from sessions_app.events import EventError, parse_timestamp
@@ -113,7 +113,8 @@ def parse_new_memory(body: Any) -> NewMemory:
     for key in metadata:
         if not _KEY.match(key) and not is_secret_key(key):
             raise invalid(
-                f"metadata.{key[:64]}", "keys are 1-256 characters, starting with a letter or digit"
+                f"metadata.{echoed(key)}",
+                "keys are 1-256 characters, starting with a letter or digit",
             )
     metadata = redact_metadata(metadata)
     metadata_limit = settings.CTXADMIN_MEMORY_MAX_METADATA_BYTES
@@ -126,7 +127,7 @@ def parse_new_memory(body: Any) -> NewMemory:
         raise invalid("provenance", "must be an object")
     unknown = sorted(set(provenance) - PROVENANCE_KEYS)
     if unknown:
-        raise invalid(f"provenance.{unknown[0]}", "unknown field")
+        raise invalid(f"provenance.{echoed(unknown[0])}", "unknown field")
     ids = {}
     for name in ("session_id", "event_id", "author"):
         value = provenance.get(name)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxadmin.canonical import canonical_json, canonical_size, fingerprint
-from ctxadmin.pruning import prune_secrets
+from ctxadmin.pruning import echoed, prune_secrets
 
 # Kinds of content, as bits (stored in Event.kinds; filterable in SQL and in Python).
 TEXT = 1
@@ -103,7 +103,8 @@ def _object(value: Any, path: str) -> dict:
 def _only(value: dict, allowed: frozenset[str] | set[str], path: str) -> None:
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise EventError(f"{path}.{unknown[0]}" if path else unknown[0], "unknown field")
+        name = echoed(unknown[0])
+        raise EventError(f"{path}.{name}" if path else name, "unknown field")
 
 
 def _string(value: Any, path: str, *, max_length: int, pattern: re.Pattern | None = None) -> str:
@@ -246,7 +247,7 @@ def _validate_actions(actions: Any, path: str, limits: EventLimits) -> dict:
                 )
             if key in ("app:", "user:", "temp:"):
                 raise EventError(
-                    f"{path}.state_delta.{key}", "a scope prefix needs a name after it"
+                    f"{path}.state_delta.{echoed(key)}", "a scope prefix needs a name after it"
                 )
         if delta:
             result["state_delta"] = delta
@@ -255,7 +256,9 @@ def _validate_actions(actions: Any, path: str, limits: EventLimits) -> dict:
         for name, version in delta.items():
             _string(name, f"{path}.artifact_delta", max_length=256)
             if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-                raise EventError(f"{path}.artifact_delta.{name}", "must be a version number >= 0")
+                raise EventError(
+                    f"{path}.artifact_delta.{echoed(name)}", "must be a version number >= 0"
+                )
         if delta:
             result["artifact_delta"] = delta
     return result
@@ -301,7 +304,7 @@ def validate_event(raw: Any, path: str, limits: EventLimits) -> dict:
         _only(usage, USAGE_KEYS, f"{path}.usage_metadata")
         for key, value in usage.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise EventError(f"{path}.usage_metadata.{key}", "must be an integer >= 0")
+                raise EventError(f"{path}.usage_metadata.{echoed(key)}", "must be an integer >= 0")
     event["usage_metadata"] = usage
     custom = raw.get("custom_metadata")
     if custom is not None:

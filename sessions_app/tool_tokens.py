@@ -23,6 +23,7 @@ from django.utils import timezone
 from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object
 from ctxadmin.keys import digest_matches, hash_key
 from ctxadmin.models import App
+from ctxadmin.pruning import echoed
 from sessions_app.models import Invocation, Session, ToolToken
 
 TOKEN_PREFIX = "ctt_"  # noqa: S105 - the format marker, not a secret
@@ -71,7 +72,7 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
         raise invalid("capabilities", "must be a list of capability names")
     unknown = sorted(set(capabilities) - set(ToolToken.CAPABILITIES))
     if unknown:
-        raise invalid("capabilities", f"unknown capability {unknown[0]!r}")
+        raise invalid("capabilities", f"unknown capability {echoed(unknown[0])!r}")
     ttl_ms = body.get("ttl_ms", DEFAULT_TTL_MS)
     if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 1000 <= ttl_ms <= MAX_TTL_MS:
         raise invalid("ttl_ms", f"must be an integer from 1000 to {MAX_TTL_MS}")

@@ -403,6 +403,55 @@ class TestSummaryValidation:
         assert "sk-live" not in str(summary.summary)
         validate_summary(summary.summary, source, 4096)
 
+    def test_model_and_tool_text_holding_a_credential_is_redacted(self):
+        from sessions_app.compaction.engine import Plan, SummaryRequest
+
+        key = "sk-live-0123456789abcdefghij"
+        events = [
+            user(1, "check my booking please"),
+            call(2, "c1"),
+            response(3, "c1", {"note": f"use api_key={key}", "password": "hunter2hunter2"}),
+            model(4, f"Done. For the record your api_key={key} works."),
+        ]
+        source = source_index(Plan(1, 4, events, []))
+        made = extractive.summarize(SummaryRequest(1, 4, events, [], source, 4096, 4096, FAR))
+        text = str(made.summary)
+        assert key not in text and "hunter2" not in text, text
+        assert made.summary["progress"]["active"][0]["text"].startswith("Latest answer: Done.")
+        assert "[redacted]" in made.summary["progress"]["active"][0]["text"]
+        validate_summary(made.summary, source, 4096)
+        # A lineage written before redaction is cleaned when absorbed.
+        old = copy.deepcopy(made.summary)
+        old["progress"]["completed"].append({"text": f"api_key={key}", "source_event_ids": ["e3"]})
+        old["artifact_refs"].append({"ref": f"report?token={key}", "source_event_ids": ["e3"]})
+        later = [model(5, "Anything else?")]
+        absorbed = [CheckpointView("c1", 1, 4, "summary", 0, summary=old)]
+        source = source_index(Plan(1, 5, later, absorbed))
+        again = extractive.summarize(SummaryRequest(1, 5, later, [old], source, 4096, 4096, FAR))
+        assert key not in str(again.summary)
+        validate_summary(again.summary, source, 4096)
+
+    def test_a_summary_quoting_a_credential_anywhere_is_rejected_at_its_path(self):
+        summary, source = self.valid()
+        for path, where in (
+            (("objective",), "summary.objective.text"),
+            (("progress", "active"), "summary.progress.active[0].text"),
+            (("errors",), "summary.errors[0].text"),
+        ):
+            broken = copy.deepcopy(summary)
+            entry = {
+                "text": "the agent said api_key=sk-live-0123456789abcdefghij",
+                "source_event_ids": ["e1"],
+            }
+            if path == ("objective",):
+                broken["objective"] = entry
+            else:
+                _at(broken, path).insert(0, entry)
+            with pytest.raises(SummaryInvalid) as caught:
+                validate_summary(broken, source, 4096)
+            assert caught.value.path == where
+            assert "credential" in caught.value.message
+
 
 @st.composite
 def histories_with_tools(draw):
@@ -537,7 +586,10 @@ CREDENTIALS = (
 )
 MAX = 1 << 20
 SEEDS = st.integers(0, 2**32 - 1)  # texts and citations come from a seeded generator: fast
-STEPS = st.lists(st.sampled_from(["user", "secret", "model", "call", "answer"]), max_size=10)
+STEPS = st.lists(
+    st.sampled_from(["user", "secret", "model", "secret_model", "call", "answer", "secret_answer"]),
+    max_size=10,
+)
 
 
 def sentence(rng) -> str:
@@ -554,11 +606,17 @@ def conversation_part(rng, steps, first_seq: int) -> list:
         elif step == "secret":
             credential = rng.choice(CREDENTIALS)
             events.append(user(seq, f"{sentence(rng)} {credential} {sentence(rng)}"))
+        elif step == "secret_model":
+            credential = rng.choice(CREDENTIALS)
+            events.append(model(seq, f"{sentence(rng)} {credential} {sentence(rng)}"))
         elif step == "call":
             open_calls.append(f"c{seq}")
             events.append(call(seq, f"c{seq}", name=rng.choice(TOOL_NAMES)))
-        elif step == "answer" and open_calls:
+        elif step in ("answer", "secret_answer") and open_calls:
             body = rng.choice([{"ok": seq}, {"error": "timeout"}])
+            if step == "secret_answer":
+                credential = rng.choice(CREDENTIALS)
+                body = rng.choice([{"note": credential}, {"token": credential, "ok": seq}])
             events.append(response(seq, open_calls.pop(0), body))
         else:
             events.append(model(seq, sentence(rng)))
@@ -603,7 +661,8 @@ def valid_summaries(draw):
     if earlier:
         summary, _source = _extractive(Plan(1, earlier[-1].seq, earlier, []))
         absorbed = [CheckpointView("c1", 1, earlier[-1].seq, "summary", 0, summary=summary)]
-    steps = ["user", "secret", "call", "answer", "model", *draw(STEPS)]
+    steps = ["user", "secret", "call", "answer", "model", "secret_model", *draw(STEPS)]
+    steps += ["call", "secret_answer"]
     events = conversation_part(rng, steps, len(earlier) + 1)
     first_seq = 1 if earlier else events[0].seq
     summary, source = _extractive(Plan(first_seq, events[-1].seq, events, absorbed))
@@ -861,6 +920,17 @@ def _quoted_credential(draw, summary, source):
     yield broken, _path((*path, "excerpt")), MAX
 
 
+def _credential_in_free_text(draw, summary, source):
+    """An entry or an artifact reference quoting a credential (a model's or a tool's words
+    copied into the summary)."""
+    paths = [(p, "text") for p in _items(summary)] + [(p, "ref") for p in _refs(summary)]
+    path, key = draw(st.sampled_from(paths))
+    text = _at(summary, path)[key]
+    for credential in CREDENTIALS:
+        value = f"{text[:100]} {credential}"
+        yield _set(copy.deepcopy(summary), (*path, key), value), _path((*path, key)), MAX
+
+
 def _repeated_entry(draw, summary, source):
     rng = random.Random(draw(SEEDS))
     for path in [("user_requests",), *{p[:-1] for p in _items(summary) if len(p) > 1}]:
@@ -926,6 +996,7 @@ MUTATIONS = {
         _misquote,
         _wrong_omission,
         _quoted_credential,
+        _credential_in_free_text,
         _repeated_entry,
         _wrong_tools,
         _wrong_coverage,

@@ -268,6 +268,14 @@ class TestPrompt:
         assert json.loads(event_line(user(1, text)))["contains_credential"] is True
         assert "contains_credential" not in json.loads(event_line(user(2, "log in for me")))
 
+    def test_a_model_or_tool_event_with_a_credential_is_flagged_too(self):
+        said = model(1, "Your key is set: api_key=sk-live-0123456789abcdefghij")
+        assert json.loads(event_line(said))["contains_credential"] is True
+        answered = response(2, "c1", {"note": "Authorization: Bearer abcdefghijklmnop0123"})
+        assert json.loads(event_line(answered))["contains_credential"] is True
+        assert "contains_credential" not in json.loads(event_line(response(3, "c2", {"ok": 1})))
+        assert "[redacted]" in SYSTEM and "No text anywhere in the summary" in SYSTEM
+
     def test_the_oldest_bodies_go_first_and_every_id_stays(self):
         evs = [user(seq, f"request {seq} " + "y" * 5000) for seq in range(1, 41)]
         prompt = build_prompt(self.request(evs), max_bytes=60_000)

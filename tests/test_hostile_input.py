@@ -134,3 +134,121 @@ def test_every_path_parameter_is_covered():
         "invocation",
         "name",
     }
+
+
+# ----------------------------------------------------------------------------- echoes
+
+# Fake credentials in real shapes, built here so no file holds one whole.
+STRIPE_SECRET = "4eC39HqLyjWDarjtT1zdp7dcQ"[:24]
+CREDENTIAL = "sk_" + "live_" + STRIPE_SECRET
+LONG = "k" * 300
+BASE = "/api/v1/apps/acme/users/alice"
+
+
+def no_echo(answer, where, bound: int = 64) -> str:
+    """The answer's body, checked to quote neither the credential nor more than ``bound``
+    characters of the long key (64; a memory filter's path shows 80, as its keys may have
+    64)."""
+    text = answer.content.decode("utf-8")
+    assert STRIPE_SECRET not in text, where
+    assert "k" * (bound + 1) not in text, where
+    return text
+
+
+@pytest.mark.django_db
+def test_an_unknown_key_is_echoed_bounded_and_never_as_a_credential(owner, staff_client):
+    """Every endpoint with a body, given a top-level key that looks like a credential and one
+    of 300 characters: the error names it (bounded, ``[redacted]`` for the credential)."""
+    refused = 0
+    for route, methods in MATRIX.items():
+        client = owner.client() if route.startswith("api/") else staff_client
+        for method in methods:
+            if method not in ("post", "put", "patch"):
+                continue
+            for key in (CREDENTIAL, LONG):
+                answer = getattr(client, method)(fill(route, "acme"), {key: 1}, format="json")
+                text = no_echo(answer, (route, method, key[:8]))
+                if answer.status_code == 400 and "unknown field" in text:
+                    refused += 1
+    assert refused >= 30, refused
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("post", f"{BASE}/sessions/s1/events", {"events": [{"author": "user", "{key}": 1}]}),
+        (
+            "post",
+            f"{BASE}/sessions/s1/events",
+            {"events": [{"author": "user", "usage_metadata": {"{key}": 1}}]},
+        ),
+        (
+            "post",
+            f"{BASE}/sessions/s1/events",
+            {"events": [{"author": "u", "actions": {"artifact_delta": {"{key}": -1}}}]},
+        ),
+        ("put", f"{BASE}/sessions/s1/compaction-policy", {"{key}": 1}),
+        ("put", f"{BASE}/sessions/s1/compaction-policy", {"summarizer": {"{key}": 1}}),
+        ("post", f"{BASE}/sessions/s1/context", {"policy": {"{key}": 1}}),
+        ("post", f"{BASE}/sessions/s1/context", {"memory": {"{key}": 1}}),
+        ("post", f"{BASE}/memories", {"content": "x", "metadata": {"-{key}": 1}}),
+        ("post", f"{BASE}/memories", {"content": "x", "provenance": {"{key}": 1}}),
+        ("post", f"{BASE}/memories/search", {"query": "x", "filter": {"{key}": {"$no": 1}}}),
+        ("post", f"{BASE}/memories/search", {"query": "x", "filter": {"$and": 1, "{key}": 2}}),
+        (
+            "post",
+            f"{BASE}/sessions/s1/invocations/inv-1/tool-tokens",
+            {"tool_name": "lookup", "capabilities": ["{key}"]},
+        ),
+        ("post", "/api/v1/apps/acme/keys", {"scopes": ["{key}"]}),
+        ("post", "/api/v1/apps/acme/keys", {"scopes": ["memory"], "{key}": 1}),
+        (
+            "post",
+            "/api/v1/apps/acme/cache/acquire",
+            {"scope": {"provider": "fake", "policy": {"{key}": 1}}, "prefix": {}},
+        ),
+    ],
+)
+def test_a_nested_key_or_value_is_echoed_bounded_and_never_as_a_credential(
+    method, path, body, owner
+):
+    """Where an error names a key or value the client sent deep in a body."""
+    import json
+
+    client = owner.client()
+    client.post(f"{BASE}/sessions", {"session_id": "s1"}, format="json")
+    for key in (CREDENTIAL, LONG):
+        filled = json.loads(json.dumps(body).replace("{key}", key))
+        answer = getattr(client, method)(path, filled, format="json")
+        assert 400 <= answer.status_code < 500, (path, answer.content[:300])
+        no_echo(answer, (path, key[:8]), 80 if "filter" in body else 64)
+
+
+@pytest.mark.django_db
+def test_an_unknown_query_parameter_or_duplicate_key_is_echoed_bounded(owner, staff_client):
+    client = owner.client()
+    for key in (CREDENTIAL, LONG):
+        for path, who in (
+            (f"{BASE}/sessions", client),
+            ("/dev/v1/context/acme/alice/s1", client),
+            (f"{BASE}/sessions/s1/events", client),
+        ):
+            answer = who.get(path, {key: "1"})
+            assert answer.status_code in (400, 404), answer.content[:300]
+            no_echo(answer, (path, key[:8]))
+        answer = client.post(f"{BASE}/memories?{key}=1", {"content": "x"}, format="json")
+        assert answer.status_code == 400
+        no_echo(answer, ("memories", key[:8]))
+        duplicate = f'{{"{key}": 1, "{key}": 2}}'
+        answer = client.generic(
+            "POST", f"{BASE}/sessions", duplicate, content_type="application/json"
+        )
+        assert answer.status_code == 400, answer.content[:300]
+        no_echo(answer, ("duplicate", key[:8]))
+    many = {f"q{n}": "1" for n in range(40)}
+    answer = client.get(f"{BASE}/sessions", many)
+    assert answer.status_code == 400 and len(answer.json()["error"]["details"]["unknown"]) <= 16
+    # A normal key is still named in full, in the message and in details.field.
+    answer = client.post(f"{BASE}/sessions", {"session_id": "s9", "colour": 1}, format="json")
+    assert answer.json()["error"]["details"] == {"field": "colour"}, answer.content

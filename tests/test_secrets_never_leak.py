@@ -986,3 +986,126 @@ def test_a_logged_request_is_written_as_its_method_and_path_without_the_query_st
     record.status_code = 503
     line = json.loads(JsonFormatter().format(record))
     assert (line["request"], line["status_code"]) == ("GET /readyz", 503)
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+def test_every_credential_name_and_format_is_pruned_refused_skipped_or_redacted(monkeypatch):
+    """The key-name and credential-format tables of ``tests/secret_tables.py`` through the
+    real input paths: every credential-named key is pruned from the context envelope (in
+    function-call arguments, function responses, state deltas and the generation config)
+    while every ordinary key arrives; memory add refuses every credential text and keeps
+    every ordinary one; ``memories/events`` skips the first and adds the second; outbox
+    ingestion redacts each credential out of a sentence and keeps the sentence; an inline
+    compaction over user, model and tool turns holding them stores none in its summary."""
+    from memory import outbox
+    from memory.models import MemoryEntry
+    from memory.tasks import drain_outbox
+    from sessions_app.models import Checkpoint
+    from tests.secret_tables import ORDINARY_KEYS, ORDINARY_TEXTS, SECRET_KEYS, credential_texts
+
+    monkeypatch.setattr(drain_outbox, "delay_on_commit", lambda *args, **kwargs: None)
+    api = make_tenant("acme").client()
+    credentials = credential_texts()
+    secret_values = {
+        name: f"{TAG}-{n}-{secrets.token_hex(6)}" for n, name in enumerate(SECRET_KEYS)
+    }
+    ordinary_values = {
+        name: f"kept-{n}-{secrets.token_hex(4)}" for n, name in enumerate(ORDINARY_KEYS)
+    }
+    mixed = {**secret_values, **ordinary_values}
+
+    def leaked(text: str) -> list[str]:
+        found = [name for name, value in secret_values.items() if value in text]
+        return found + [label for label, _text, secret in credentials if secret in text]
+
+    # --- the context envelope: call arguments, responses, state deltas, generation config
+    api.post(f"{BASE}/sessions", {"session_id": "tables"}, format="json")
+    delta_keys = [k for k in mixed if not k.startswith("temp:")]
+    events = [
+        call("t1", args=mixed, event_id="tables-call"),
+        response("t1", mixed, event_id="tables-response"),
+    ]
+    for start in range(0, len(delta_keys), 200):
+        delta = {key: mixed[key] for key in delta_keys[start : start + 200]}
+        events.append(
+            text("agent", "noted", event_id=f"tables-delta-{start}", actions={"state_delta": delta})
+        )
+    answer = api.post(f"{BASE}/sessions/tables/events", {"events": events}, format="json")
+    assert answer.status_code == 201, answer.content[:400]
+    build = {
+        "current_input": {"role": "user", "parts": [{"text": "go on"}]},
+        "generation_config": mixed,
+    }
+    answer = api.post(f"{BASE}/sessions/tables/context", build, format="json")
+    assert answer.status_code == 200, answer.content[:400]
+    envelope = answer.content.decode()
+    assert leaked(envelope) == []
+    missing = [name for name, value in ordinary_values.items() if value not in envelope]
+    assert missing == []
+    envelope_json = answer.json()["envelope"] if "envelope" in answer.json() else answer.json()
+    assert json.dumps(envelope_json).count(next(iter(ordinary_values.values()))) >= 4
+
+    # --- memory add: refused with a credential, kept without
+    for label, words, _secret in credentials:
+        body = {"content": f"Note for later: {words} (thanks)"}
+        refused = api.post(f"{BASE}/memories", body, format="json")
+        assert refused.status_code == 422, (label, refused.content[:200])
+        assert refused.json()["error"]["code"] == "sensitive_memory_content"
+    for words in ORDINARY_TEXTS:
+        kept = api.post(f"{BASE}/memories", {"content": words}, format="json")
+        assert kept.status_code in (200, 201), (words, kept.content[:200])
+
+    # --- memories/events: skipped with a credential, added without
+    events = [
+        text("user", words, event_id=f"me-c{n}") for n, (_l, words, _s) in enumerate(credentials)
+    ]
+    events += [text("user", words, event_id=f"me-o{n}") for n, words in enumerate(ORDINARY_TEXTS)]
+    result = api.post(
+        f"{BASE}/memories/events", {"session_id": "tables", "events": events}, format="json"
+    )
+    assert result.status_code == 200, result.content[:400]
+    assert result.json()["skipped_by_reason"] == {"secret": len(credentials)}, result.json()
+
+    # --- outbox ingestion: each credential redacted out of its sentence, the sentence kept
+    api.post(f"{BASE}/sessions", {"session_id": "ingest"}, format="json")
+    events = [
+        text("user", f"Remember {n}: {words}\nand that I fly on Tuesdays.", event_id=f"in-c{n}")
+        for n, (_l, words, _s) in enumerate(credentials)
+    ]
+    events += [text("agent", words, event_id=f"in-o{n}") for n, words in enumerate(ORDINARY_TEXTS)]
+    answer = api.post(f"{BASE}/sessions/ingest/events", {"events": events}, format="json")
+    assert answer.status_code == 201, answer.content[:400]
+    job = api.post(f"{BASE}/memories/ingestions", {"session_id": "ingest"}, format="json")
+    assert job.status_code == 202, job.content
+    assert outbox.drain() == {"completed": 1}
+    ingested = dict(
+        MemoryEntry.objects.filter(session_id="ingest").values_list("event_id", "content")
+    )
+    stored = "\n".join(MemoryEntry.objects.values_list("content", flat=True))
+    assert leaked(stored) == []
+    for n, words in enumerate(ORDINARY_TEXTS):
+        assert ingested.get(f"in-o{n}") == words.strip(), n
+    redacted = [ingested.get(f"in-c{n}", "") for n in range(len(credentials))]
+    kept = [t for t in redacted if t.startswith("Remember") and "[redacted]" in t]
+    assert len(kept) >= len(credentials) - 5, redacted  # a few are all credential: skipped
+
+    # --- compaction: user, model and tool turns holding credentials; none in the summary
+    api.post(f"{BASE}/sessions", {"session_id": "compact"}, format="json")
+    events = []
+    for n, (_label, words, _secret) in enumerate(credentials):
+        events.append(text("user", f"Request {n}: {words}", event_id=f"cu{n}"))
+        events.append(call(f"cc{n}", args={"q": n}, event_id=f"cc{n}"))
+        events.append(response(f"cc{n}", {"note": words, "status": "ok"}, event_id=f"cr{n}"))
+        events.append(text("agent", f"Done {n}: {words}", event_id=f"cm{n}", turn_complete=True))
+    answer = api.post(f"{BASE}/sessions/compact/events", {"events": events}, format="json")
+    assert answer.status_code == 201, answer.content[:400]
+    policy = {"token_threshold": 10, "retain_recent_exchanges": 1}
+    api.put(f"{BASE}/sessions/compact/compaction-policy", policy, format="json")
+    done = api.post(f"{BASE}/sessions/compact/compactions", {}, format="json")
+    assert done.status_code == 201 and done.json()["status"] == "active", done.content[:400]
+    checkpoint = Checkpoint.objects.get(pk=done.json()["compaction_id"])
+    summary = json.dumps(checkpoint.summary, ensure_ascii=False)
+    assert checkpoint.summary["user_requests"], summary[:400]
+    assert leaked(summary + checkpoint.items_json) == []

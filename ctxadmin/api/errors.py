@@ -18,6 +18,8 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from ctxadmin.pruning import echoed, looks_like_secret, redact_secret_text
+
 logger = logging.getLogger("ctxadmin.api")
 
 
@@ -69,7 +71,7 @@ def strict_object(body: Any, allowed: frozenset[str] | set[str]) -> dict:
         raise invalid("body", "must be a JSON object")
     unknown = sorted(set(body) - set(allowed))
     if unknown:
-        raise invalid(unknown[0], "unknown field")
+        raise invalid(echoed(unknown[0]), "unknown field")
     return body
 
 
@@ -83,13 +85,24 @@ def error_response(
     return JsonResponse(envelope(code, message, details), status=status_code)
 
 
+MAX_DETAIL_CHARS = 512
+
+
+def _safe(text: str) -> str:
+    """A message DRF wrote, which may quote the value the client sent ('"…" is not a valid
+    choice.'): credentials redacted, bounded."""
+    if looks_like_secret(text):
+        text = redact_secret_text(text)
+    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
+
+
 def _flatten(detail: Any) -> Any:
     """DRF ErrorDetail trees → plain JSON (strings, lists, dicts)."""
     if isinstance(detail, dict):
         return {str(key): _flatten(value) for key, value in detail.items()}
     if isinstance(detail, list | tuple):
         return [_flatten(item) for item in detail]
-    return str(detail)
+    return _safe(str(detail))
 
 
 def _first_field_message(detail: Any, path: str = "") -> tuple[str, str]:
@@ -106,8 +119,8 @@ def _first_field_message(detail: Any, path: str = "") -> tuple[str, str]:
             for index, item in enumerate(detail):
                 if item:
                     return _first_field_message(item, f"{path}[{index}]")
-        return path, str(first)
-    return path, str(detail)
+        return path, _safe(str(first))
+    return path, _safe(str(detail))
 
 
 _SIMPLE = {

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ctxadmin.pruning import echoed
+
 MAX_INT = 2**63 - 1
 
 
@@ -24,7 +26,9 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict:
     result: dict = {}
     for key, value in pairs:
         if key in result:
-            raise JsonInputError("malformed_json", f"duplicate key {key[:64]!r} in a JSON object")
+            raise JsonInputError(
+                "malformed_json", f"duplicate key {echoed(key)!r} in a JSON object"
+            )
         result[key] = value
     return result
 

@@ -4,6 +4,8 @@ from collections.abc import Mapping
 
 from rest_framework import serializers
 
+from ctxadmin.pruning import MAX_ECHOED, echoed
+
 
 class StrictSerializer(serializers.Serializer):
     """An input serializer that rejects keys it does not declare (at every nesting level
@@ -13,7 +15,9 @@ class StrictSerializer(serializers.Serializer):
         if isinstance(data, Mapping):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+                raise serializers.ValidationError(
+                    {echoed(key): ["Unknown field."] for key in unknown[:MAX_ECHOED]}
+                )
         return super().to_internal_value(data)
 
 

@@ -15,6 +15,7 @@ from rest_framework.generics import GenericAPIView
 from ctxadmin.api.errors import ApiError
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.models import ApiKey, App
+from ctxadmin.pruning import MAX_ECHOED, echoed
 
 
 def _tool_token(credential):
@@ -72,8 +73,11 @@ class AppScopedView(GenericAPIView):
         if unknown:
             raise ApiError(
                 "unknown_parameter",
-                f"unknown query parameter {unknown[0]!r}",
-                details={"unknown": unknown, "allowed": sorted(self.allowed_query_params)},
+                f"unknown query parameter {echoed(unknown[0])!r}",
+                details={
+                    "unknown": [echoed(name) for name in unknown[:MAX_ECHOED]],
+                    "allowed": sorted(self.allowed_query_params),
+                },
             )
         self.tenant = key.app
         self.user_id = kwargs.get("user")

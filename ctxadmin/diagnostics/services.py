@@ -24,6 +24,7 @@ from ctxadmin.api.errors import ApiError, invalid, not_found
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_size
 from ctxadmin.models import App
+from ctxadmin.pruning import echoed
 from memory import erasure, outbox
 from memory import services as memory_services
 from sessions_app.context.build import ContextRequest, build_context
@@ -327,7 +328,7 @@ def parse_confirmation(body: Any) -> Confirmation:
         raise invalid("body", "must be a JSON object")
     unknown = sorted(set(body) - set(CONFIRM_KEYS))
     if unknown:
-        raise invalid(unknown[0], "unknown field")
+        raise invalid(echoed(unknown[0]), "unknown field")
     for name in CONFIRM_KEYS:
         if name not in body:
             raise invalid(name, "is required")

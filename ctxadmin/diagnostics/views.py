@@ -22,6 +22,7 @@ from ctxadmin.api.views import AppScopedView
 from ctxadmin.auth import ApiKeyAuthentication
 from ctxadmin.diagnostics import services
 from ctxadmin.models import SCOPE_CACHE, SCOPE_DIAGNOSTICS, SCOPE_MEMORY, App
+from ctxadmin.pruning import MAX_ECHOED, echoed
 from memory import erasure
 
 ERASED_BY_LENGTH = 10  # ``ErasureReceipt.erased_by``
@@ -88,8 +89,11 @@ class DiagnosticsView(AppScopedView):
         if unknown:
             raise ApiError(
                 "unknown_parameter",
-                f"unknown query parameter {unknown[0]!r}",
-                details={"unknown": unknown, "allowed": sorted(self.allowed_query_params)},
+                f"unknown query parameter {echoed(unknown[0])!r}",
+                details={
+                    "unknown": [echoed(name) for name in unknown[:MAX_ECHOED]],
+                    "allowed": sorted(self.allowed_query_params),
+                },
             )
         self.tenant = tenant
         self.user_id = kwargs.get("user")

@@ -10,6 +10,7 @@ from ctxadmin.api.errors import ApiError
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.models import SCOPE_MEMORY
+from ctxadmin.pruning import MAX_ECHOED, echoed
 from memory import erasure, services
 from sessions_app.api.schemas import ref
 
@@ -39,8 +40,8 @@ class MemoryListView(MemoryScopedView):
             unknown = sorted(request.query_params)
             raise ApiError(
                 "unknown_parameter",
-                f"unknown query parameter {unknown[0]!r}",
-                details={"unknown": unknown, "allowed": []},
+                f"unknown query parameter {echoed(unknown[0])!r}",
+                details={"unknown": [echoed(name) for name in unknown[:MAX_ECHOED]], "allowed": []},
             )
         new = services.parse_new_memory(request.data)
         entry, created = services.add_memory(self.tenant, user, new)

@@ -16,6 +16,7 @@ from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
+from ctxadmin.pruning import echoed
 from sessions_app import selectors, services
 from sessions_app import state as scopes
 from sessions_app.api.schemas import ref
@@ -83,7 +84,7 @@ def _list_param(request, name: str, *, choices: tuple[str, ...] | None = None) -
         if unknown:
             raise ApiError(
                 "invalid_parameter",
-                f"{name}: unknown value {unknown[0]!r}; choose from {list(choices)}",
+                f"{name}: unknown value {echoed(unknown[0])!r}; choose from {list(choices)}",
                 details={"parameter": name},
             )
     return values

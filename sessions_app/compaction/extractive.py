@@ -5,12 +5,18 @@ It keeps what a model cannot recover once the events are gone: the user's reques
 exact excerpts (a request that looks like it carries a credential becomes an omission
 record), the tools used with their outcomes, the errors, and the latest state of the work —
 merged with the lineage it absorbs, newest kept first when the byte target is tight.
+
+Every other text is the service's own wording around quoted model and tool text, so a
+credential in it is redacted rather than the entry dropped: tool outcomes are rendered with
+secret-named keys pruned, and every entry (those carried from the lineage too, which older
+versions may have written unredacted) passes ``redact_secret_text``. The summary validator
+holds every text to the same detector.
 """
 
 from __future__ import annotations
 
 from ctxadmin.canonical import canonical_json, canonical_size
-from ctxadmin.pruning import looks_like_secret
+from ctxadmin.pruning import REDACTED, looks_like_secret, prune_secrets, redact_secret_text
 from sessions_app.compaction.engine import SourceEvent, SummaryReply, SummaryRequest
 from sessions_app.compaction.summary import (
     ITEM_LISTS,
@@ -36,14 +42,28 @@ def _excerpt(text: str, limit: int) -> str:
     return cut[:space] if space > limit // 2 else cut
 
 
+def _clean(text: str) -> str:
+    """``text`` with its credential-looking spans redacted (all of it, if a span resists)."""
+    if not looks_like_secret(text):
+        return text
+    text = redact_secret_text(text)
+    return REDACTED if looks_like_secret(text) else text
+
+
 def _brief(value) -> str:
-    raw = canonical_json(value).decode("utf-8")
-    return raw if len(raw) <= OUTCOME_CHARS else raw[: OUTCOME_CHARS - 1] + "…"
+    """A tool payload as compact JSON, secret-named keys pruned, credentials redacted, cut
+    (and checked again: a cut can leave the head of a credential)."""
+    raw = _clean(canonical_json(prune_secrets(value)).decode("utf-8"))
+    return _clean(raw if len(raw) <= OUTCOME_CHARS else raw[: OUTCOME_CHARS - 1] + "…")
 
 
 def _entry(text: str, *event_ids: str) -> dict:
     ids = list(dict.fromkeys(event_ids))[:MAX_CITATIONS]
     return {"text": text, "source_event_ids": ids}
+
+
+def _carried(entry: dict, field: str = "text") -> dict:
+    return {**entry, field: _clean(entry[field])}
 
 
 def _from_events(events: list[SourceEvent]) -> dict:
@@ -67,7 +87,8 @@ def _from_events(events: list[SourceEvent]) -> dict:
             entry = _entry(f"{name}: {_brief(body)}", call_event, event.event_id)
             (errors if failed else completed).append(entry)
         if event.is_final_model:
-            latest = _entry(f"Latest answer: {_excerpt(event.text, LATEST_CHARS)}", event.event_id)
+            answer = _clean(_excerpt(_clean(event.text), LATEST_CHARS))
+            latest = _entry(f"Latest answer: {answer}", event.event_id)
     return {"requests": requests, "completed": completed, "errors": errors, "latest": latest}
 
 
@@ -103,18 +124,20 @@ def summarize(request: SummaryRequest) -> SummaryReply:
     ]
     requests = carried + found["requests"]
     requests = _dedupe(requests, _request_key)[-MAX_USER_REQUESTS:]
-    lists = {name: [e for s in lineage for e in s[name]] for name in ITEM_LISTS}
+    lists = {name: [_carried(e) for s in lineage for e in s[name]] for name in ITEM_LISTS}
     lists["errors"] += found["errors"]
-    progress = {name: [e for s in lineage for e in s["progress"][name]] for name in PROGRESS_KEYS}
+    progress = {
+        name: [_carried(e) for s in lineage for e in s["progress"][name]] for name in PROGRESS_KEYS
+    }
     progress["completed"] += found["completed"]
     # Only the newest "latest answer" is active work; older ones are history.
     progress["active"] = [found["latest"]] if found["latest"] else progress["active"][-1:]
-    objective = next((s["objective"] for s in lineage if s["objective"]), None)
+    objective = next((_carried(s["objective"]) for s in lineage if s["objective"]), None)
     if objective is None:
         first = next((r for r in requests if "excerpt" in r), None)
         if first is not None:
             objective = _entry(_excerpt(first["excerpt"], 200), first["event_id"])
-    refs = [ref for s in lineage for ref in s["artifact_refs"]]
+    refs = [_carried(ref, "ref") for s in lineage for ref in s["artifact_refs"]]
     summary = {
         "version": VERSION,
         "language": next((s["language"] for s in lineage), "und"),

@@ -30,6 +30,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ctxadmin.pruning import echoed
 from sessions_app.context.policy import PolicyError
 
 SUMMARIZER_KINDS = ("extractive", "gemini", "openai_compatible", "anthropic")
@@ -140,7 +141,7 @@ def _summarizer(value: Any, connections: frozenset[str] | None) -> SummarizerSpe
         raise PolicyError("summarizer", "must be an object")
     unknown = sorted(set(value) - _SUMMARIZER_KEYS)
     if unknown:
-        raise PolicyError(f"summarizer.{unknown[0]}", "unknown field")
+        raise PolicyError(f"summarizer.{echoed(unknown[0])}", "unknown field")
     kind = value.get("kind", "extractive")
     if kind not in SUMMARIZER_KINDS:
         raise PolicyError("summarizer.kind", f"must be one of {list(SUMMARIZER_KINDS)}")
@@ -177,7 +178,7 @@ def parse_policy(
         raise PolicyError("policy", "must be a JSON object")
     unknown = sorted(set(body) - POLICY_KEYS)
     if unknown:
-        raise PolicyError(unknown[0], "unknown field")
+        raise PolicyError(echoed(unknown[0]), "unknown field")
     values = (base or DEFAULT_POLICY).as_dict()
     values.pop("summarizer")
     summarizer = (base or DEFAULT_POLICY).summarizer

@@ -54,6 +54,10 @@ it; no paraphrase, no added ellipsis, no changed quotes or spacing). For a user 
 that contains a credential (a password, an API key, a token), write \
 {"event_id": ID, "omitted": "secret"} instead and never repeat the credential anywhere. \
 Requests carried over from a previous summary keep their exact entries.
+- No text anywhere in the summary holds a credential (a password, an API key, a token, a \
+private key, a URL with a password in it), even from the agent's or a tool's words: leave \
+it out or write [redacted] in its place. Events that carry one are marked \
+"contains_credential": true.
 - "tools" lists exactly the tool names given, each once.
 - "coverage" is exactly the first_seq and last_seq given.
 - "version" is 1; "language" is the conversation's language tag ("en", "de", ...) or "und".
@@ -177,8 +181,9 @@ def event_line(event: SourceEvent) -> str:
         if len(text) > TEXT_CHARS:
             text, truncated = text[:TEXT_CHARS], True
         line["text"] = text
-        if event.is_user and looks_like_secret(event.text):
-            line["contains_credential"] = True
+        credential = looks_like_secret(event.text)
+    else:
+        credential = False
     calls = []
     for call in event.calls:
         args, cut = _cut(call.get("args"), PAYLOAD_CHARS)
@@ -197,6 +202,11 @@ def event_line(event: SourceEvent) -> str:
             if len(responses) == 1
             else {"function_responses": responses}
         )
+    credential = credential or any(
+        looks_like_secret(_compact(payload)) for payload in (*calls, *responses)
+    )
+    if credential:
+        line["contains_credential"] = True
     if truncated:
         line["truncated"] = True
     return _compact(line)

@@ -5,7 +5,10 @@ A summary stands in for a range of events, so every claim in it must be traceabl
 entry cites event ids of the range (or of the lineage it absorbs), each user request quotes
 an exact excerpt of the user event it cites (or records that a secret was omitted: an
 excerpt never holds a credential), the tool names are exactly those used, and ``coverage``
-is exactly the summarised range.
+is exactly the summarised range. No text of a summary holds a credential (as
+``ctxadmin.pruning.looks_like_secret`` judges): a summary outlives the events it replaces
+and is sent to model providers, so one that quotes a credential anywhere is rejected at
+that text's path (the extractive summarizer redacts; a model gets its one repair).
 
     {"version": 1, "language": "en",
      "objective": ITEM | null,
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxadmin.canonical import canonical_size
-from ctxadmin.pruning import looks_like_secret
+from ctxadmin.pruning import echoed, looks_like_secret
 
 VERSION = 1
 MAX_TEXT_CHARS = 1000
@@ -99,7 +102,7 @@ def _closed(value: Any, keys: frozenset[str] | set[str], path: str) -> dict:
         raise SummaryInvalid(path, "must be an object")
     unknown = sorted(set(value) - set(keys))
     if unknown:
-        raise SummaryInvalid(f"{path}.{unknown[0]}", "unknown field")
+        raise SummaryInvalid(f"{path}.{echoed(unknown[0])}", "unknown field")
     missing = sorted(set(keys) - set(value))
     if missing:
         raise SummaryInvalid(f"{path}.{missing[0]}", "is required")
@@ -116,9 +119,13 @@ def _citations(value: Any, path: str, source: SourceIndex) -> None:
             raise SummaryInvalid(f"{path}[{index}]", "is not an event of the summarised range")
 
 
+_CREDENTIAL = "holds a credential: leave it out or write [redacted] in its place"
+
+
 def _item(value: Any, path: str, source: SourceIndex) -> None:
     item = _closed(value, {"text", "source_event_ids"}, path)
-    _text(item["text"], f"{path}.text", MAX_TEXT_CHARS)
+    if looks_like_secret(_text(item["text"], f"{path}.text", MAX_TEXT_CHARS)):
+        raise SummaryInvalid(f"{path}.text", _CREDENTIAL)
     _citations(item["source_event_ids"], f"{path}.source_event_ids", source)
 
 
@@ -194,7 +201,8 @@ def validate_summary(summary: Any, source: SourceIndex, max_bytes: int) -> dict:
     for index, ref in enumerate(refs):
         path = f"summary.artifact_refs[{index}]"
         entry = _closed(ref, {"ref", "source_event_ids"}, path)
-        _text(entry["ref"], f"{path}.ref", 256)
+        if looks_like_secret(_text(entry["ref"], f"{path}.ref", 256)):
+            raise SummaryInvalid(f"{path}.ref", _CREDENTIAL)
         _citations(entry["source_event_ids"], f"{path}.source_event_ids", source)
     tools = top["tools"]
     if not isinstance(tools, list) or not all(isinstance(name, str) for name in tools):

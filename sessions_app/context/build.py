@@ -15,6 +15,7 @@ from django.db import connection
 
 from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.canonical import canonical_json, canonical_size
+from ctxadmin.pruning import echoed
 from sessions_app import telemetry
 from sessions_app.compaction import services as compaction
 from sessions_app.context import envelope as env
@@ -74,7 +75,7 @@ def _memory_retrieval(value: Any) -> MemoryRetrieval:
         raise invalid("memory", "must be an object")
     unknown = sorted(set(value) - MEMORY_KEYS)
     if unknown:
-        raise invalid(f"memory.{unknown[0]}", "unknown field")
+        raise invalid(f"memory.{echoed(unknown[0])}", "unknown field")
     budgets = {}
     for name, default, limit in (
         ("max_hit_bytes", 2048, MAX_MEMORY_HIT_BYTES),

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ctxadmin.pruning import echoed
 from sessions_app.events import CONTENT_TYPES, KIND_BITS, EventError, parse_timestamp
 
 OVERFLOW_MODES = ("error", "truncate", "compress")
@@ -109,7 +110,7 @@ def _object(value: Any, path: str, allowed: set[str]) -> dict:
         raise PolicyError(path, "must be an object")
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise PolicyError(f"{path}.{unknown[0]}", "unknown key")
+        raise PolicyError(f"{path}.{echoed(unknown[0])}", "unknown key")
     return value
 
 
@@ -140,7 +141,7 @@ def _content_mask(values: list[str], path: str) -> int:
     for value in values:
         if value not in KIND_BITS:
             raise PolicyError(
-                path, f"unknown content type {value!r}; choose from {list(CONTENT_TYPES)}"
+                path, f"unknown content type {echoed(value)!r}; choose from {list(CONTENT_TYPES)}"
             )
         mask |= KIND_BITS[value]
     return mask
