@@ -117,7 +117,7 @@ def account(calls, answers) -> None:
             assert status == 201, answer
             continue
         assert status in DOCUMENTED and code_of(answer) in DOCUMENTED[status], (status, answer)
-        row = Checkpoint.objects.filter(pk=body["compaction_id"]).first()
+        row = Checkpoint.objects.filter(compaction_id=body["compaction_id"]).first()
         if status in (201, 202):
             assert row is not None and answer["compaction_id"] == body["compaction_id"]
         elif code_of(answer) == "compaction_in_progress":
@@ -137,7 +137,8 @@ def request(url: str, **extra) -> tuple[str, str, dict]:
 
 @pytest.fixture
 def published(monkeypatch):
-    """Compaction tasks published on commit, by checkpoint id (no worker runs them)."""
+    """Compaction tasks published on commit, by the checkpoint's own key (no worker runs
+    them)."""
     sent: list[str] = []
     monkeypatch.setattr(
         run_compaction, "delay_on_commit", lambda checkpoint_id: sent.append(checkpoint_id)
@@ -165,8 +166,9 @@ def test_an_async_storm_on_one_session_accepts_one_and_conflicts_the_rest(publis
     assert sampled.highest == 1
     assert [status for status, _ in again].count(202) == 1 and again[0][0] == 202
     assert Counter(status for status, _ in again) == {202: 1, 409: 11}
-    assert published == [accepted]
-    assert run_compaction.run(accepted) == "active"
+    key = str(Checkpoint.objects.get(compaction_id=accepted).pk)  # what its task goes by
+    assert published == [key]
+    assert run_compaction.run(key) == "active"
     assert Checkpoint.objects.count() == 1
 
 
@@ -185,8 +187,9 @@ def test_one_compaction_id_sent_at_once_by_many_callers_is_one_row(published):
         else:
             assert answer["error"]["code"] == "compaction_in_progress"
             assert {answer["error"]["details"]["compaction_id"]} == ids
-    assert [str(pk) for pk in Checkpoint.objects.values_list("id", flat=True)] == list(ids)
-    assert published == list(ids)
+    rows = Checkpoint.objects.values_list("compaction_id", "id")
+    assert [str(compaction_id) for compaction_id, _key in rows] == list(ids)
+    assert published == [str(key) for _compaction_id, key in rows]
 
 
 def test_mixed_storms_across_sessions_with_appends_keep_one_in_flight_per_session(published):
@@ -275,6 +278,6 @@ def test_storms_while_a_real_worker_drains_leave_no_compaction_behind(celery_wor
     assert {status for status, _ in answered} <= {202, 409}
     accepted = [a["compaction_id"] for status, a in answered if status == 202]
     assert len(accepted) >= len(urls)
-    ended = dict(Checkpoint.objects.values_list("id", "status"))
+    ended = dict(Checkpoint.objects.values_list("compaction_id", "status"))
     assert set(map(str, ended)) == set(accepted)
     assert set(ended.values()) <= {"active", "superseded", "failed"}

@@ -347,7 +347,8 @@ def test_the_statistics_migration_counts_the_entries_already_there():
                 [tenant.app.pk],
             )
     finally:
-        call_command("migrate", "memory", verbosity=0)
+        # Every app forward again: migrating memory back also unapplied what depends on it.
+        call_command("migrate", verbosity=0)
     assert_statistics_hold()
     add(client, user="bob", content="sailing again")
     assert_statistics_hold()

@@ -199,7 +199,7 @@ def test_compactions_memories_jobs_scopes_and_keys_of_another_app_by_id(world):
     assert MemoryEntry.objects.filter(pk=theirs["memory"]).exists()
     assert OutboxJob.objects.get(pk=theirs["job"]).phase == "pending"
     assert CacheScope.objects.get(fingerprint=theirs["scope"]).generation == 1
-    assert Checkpoint.objects.filter(pk=theirs["checkpoint"]).exists()
+    assert Checkpoint.objects.filter(compaction_id=theirs["checkpoint"]).exists()
 
 
 def test_requests_naming_another_apps_session_in_their_body_or_path(world):

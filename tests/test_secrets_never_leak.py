@@ -909,7 +909,10 @@ def test_no_seeded_secret_reaches_logs_messages_metrics_diagnostics_or_console(
     # --- what the flows did (so that finding nothing means something)
     from sessions_app.models import Checkpoint
 
-    states = dict(Checkpoint.objects.filter(pk__in=run.checkpoint_ids).values_list("pk", "status"))
+    rows = Checkpoint.objects.filter(compaction_id__in=run.checkpoint_ids)
+    states = dict(rows.values_list("compaction_id", "status"))
+    # A task goes by the checkpoint's own key, the API by its compaction id.
+    keys = {str(public): str(key) for public, key in rows.values_list("compaction_id", "pk")}
     assert sorted(states.values()) == ["active", "failed"], states
     assert providers.servers["gsum"].requests, "the summarizer was never called"
     for name in ("gem", "oai", "ant"):
@@ -943,7 +946,7 @@ def test_no_seeded_secret_reaches_logs_messages_metrics_diagnostics_or_console(
     api_key_prefix = run.owner.key.split("_")[1]
     must_appear = {
         "logs": [*run.job_ids, "invocation", "provider_call", "Unauthorized"],
-        "celery messages": [*run.job_ids, run.checkpoint_ids[1]],
+        "celery messages": [*run.job_ids, keys[run.checkpoint_ids[1]]],
         "metrics": ["ctxadmin_http_requests_total", "invocations"],
         "diagnostics": [*run.job_ids, run.checkpoint_ids[0], cache["scope_fingerprint"]],
         "console": [api_key_prefix, "acme", "lookup_booking"],
@@ -1105,7 +1108,7 @@ def test_every_credential_name_and_format_is_pruned_refused_skipped_or_redacted(
     api.put(f"{BASE}/sessions/compact/compaction-policy", policy, format="json")
     done = api.post(f"{BASE}/sessions/compact/compactions", {}, format="json")
     assert done.status_code == 201 and done.json()["status"] == "active", done.content[:400]
-    checkpoint = Checkpoint.objects.get(pk=done.json()["compaction_id"])
+    checkpoint = Checkpoint.objects.get(compaction_id=done.json()["compaction_id"])
     summary = json.dumps(checkpoint.summary, ensure_ascii=False)
     assert checkpoint.summary["user_requests"], summary[:400]
     assert leaked(summary + checkpoint.items_json) == []

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ctxadmin", "0004_credential_ends_are_final"),
+        ("ctxadmin", "0001_initial"),
         ("sessions_app", "0009_tool_token_ends_are_final"),
     ]
 
