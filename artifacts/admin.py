@@ -9,11 +9,11 @@ from __future__ import annotations
 from django.contrib import admin
 
 from artifacts.models import ArtifactHead, ArtifactVersion
-from memory.admin import _ReadOnly
+from ctxadmin.admin import ReadOnlyAdmin
 
 
 @admin.register(ArtifactHead)
-class ArtifactAdmin(_ReadOnly):
+class ArtifactAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "app",
@@ -38,7 +38,7 @@ class ArtifactAdmin(_ReadOnly):
 
 
 @admin.register(ArtifactVersion)
-class ArtifactVersionAdmin(_ReadOnly):
+class ArtifactVersionAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "app",

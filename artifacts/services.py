@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 
 from artifacts import rules, storage
 from artifacts.models import ArtifactHead, ArtifactVersion
-from ctxadmin.api.errors import ApiError, not_found
+from ctxadmin.errors import ServiceError, not_found
 from ctxadmin.models import App
 from sessions_app.events import iso_timestamp
 from sessions_app.models import Session
@@ -29,10 +29,10 @@ from sessions_app.models import Session
 _SAVE_ATTEMPTS = 3
 
 
-def api_error(error: rules.RuleError) -> ApiError:
+def api_error(error: rules.RuleError) -> ServiceError:
     details = {"field": error.field, **error.details}
     message = error.message if error.code != "validation_error" else str(error)
-    return ApiError(error.code, message, status_code=error.status, details=details)
+    return ServiceError(error.code, message, status_code=error.status, details=details)
 
 
 def _checked_name(name: str) -> str:
@@ -149,7 +149,7 @@ def save_artifact(
                 continue
             limit = settings.CTXADMIN_ARTIFACT_MAX_VERSIONS
             if head.next_version >= limit:
-                raise ApiError(
+                raise ServiceError(
                     "artifact_version_limit",
                     f"the artifact already has {limit} versions; delete it to start again",
                     status_code=409,
@@ -169,7 +169,7 @@ def save_artifact(
                 next_version=F("next_version") + 1, updated_at=Now()
             )
             return ArtifactInfo.of(name, row)
-    raise ApiError(
+    raise ServiceError(
         "artifact_conflict",
         "the artifact was deleted repeatedly while this save ran; retry",
         status_code=409,

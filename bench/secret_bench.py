@@ -155,7 +155,7 @@ def per_item(call, items: list, rounds: int = ROUNDS) -> float:
 
 
 def _django():
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxadmin.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()

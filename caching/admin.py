@@ -10,11 +10,11 @@ from __future__ import annotations
 from django.contrib import admin
 
 from caching.models import CacheEntry, CacheScope
-from memory.admin import _ReadOnly
+from ctxadmin.admin import ReadOnlyAdmin
 
 
 @admin.register(CacheScope)
-class CacheScopeAdmin(_ReadOnly):
+class CacheScopeAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "app",
@@ -53,7 +53,7 @@ class CacheScopeAdmin(_ReadOnly):
 
 
 @admin.register(CacheEntry)
-class CacheEntryAdmin(_ReadOnly):
+class CacheEntryAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "app",

@@ -57,7 +57,8 @@ from caching.keys import (
 from caching.models import CacheEntry
 from caching.models import CacheScope as ScopeRow
 from caching.providers import get_adapter
-from ctxadmin.api.errors import ApiError, not_found
+from ctxadmin.batches import in_batches
+from ctxadmin.errors import ServiceError, not_found
 from ctxadmin.models import App
 from ctxadmin.providers.base import ProviderError
 from ctxadmin.pruning import echoed
@@ -106,8 +107,8 @@ def limits() -> Limits:
     )
 
 
-def _api_error(exc: CacheInputError) -> ApiError:
-    return ApiError(
+def _api_error(exc: CacheInputError) -> ServiceError:
+    return ServiceError(
         exc.code,
         exc.message if exc.code != "validation_error" else str(exc),
         details={"field": exc.path},
@@ -461,7 +462,7 @@ def _provider_failure(
     code = CacheEntry.objects.filter(pk=entry_id).values_list("error_code", flat=True).first()
     if failure_mode == "error":
         ACQUIRES.labels("error", "provider_error").inc()
-        raise ApiError(
+        raise ServiceError(
             "cache_provider_error",
             "The provider could not create the cache.",
             status_code=502,
@@ -980,8 +981,6 @@ def _provider_delete(entry_id: uuid.UUID, provider: str, sealed: str, timeout_s:
 def cleanup(batch: int | None = None, max_batches: int = 20) -> dict[str, int]:
     """One run of the beat task: expiries, lost creators, stale failures, provider deletes;
     each in bounded batches, each batch its own transaction."""
-    from memory.tasks import in_batches
-
     size = batch or settings.CTXADMIN_CACHE_CLEANUP_BATCH
     return {
         "expired": in_batches(lambda: expire_batch(size), size, max_batches),

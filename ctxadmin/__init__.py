@@ -1,5 +1,2 @@
-"""ctxadmin: a self-hosted context and memory service for AI agents."""
-
-from ctxadmin.celery import app as celery_app
-
-__all__ = ["celery_app"]
+"""ctxadmin's ground: tenancy, the API base, providers and the shared building blocks every
+domain app stands on."""

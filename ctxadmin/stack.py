@@ -524,7 +524,7 @@ def celery_worker_argv(
         "-m",
         "celery",
         "-A",
-        "ctxadmin",
+        "config",
         "worker",
         "--loglevel",
         loglevel,

@@ -4,12 +4,10 @@ import uuid
 
 from django.contrib import admin
 from django.core.exceptions import ImproperlyConfigured
-from django.core.paginator import Paginator
 from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q
 from django.db.models.expressions import RawSQL
-from django.utils.functional import cached_property
 
-from ctxadmin.admin import MachineOwnedAdmin
+from ctxadmin.admin import ReadOnlyAdmin
 from ctxadmin.content import ContentAdminMixin, render
 from memory import services
 from memory.embeddings import embedder_from_settings
@@ -24,44 +22,6 @@ from memory.models import (
     OutboxJob,
     ScopeIndex,
 )
-
-
-class CappedCountPaginator(Paginator):
-    """Counts at most ``cap`` rows (a LIMITed subquery), so no page of a table of millions
-    costs a full count; beyond the cap the list ends and reads "more than" the cap."""
-
-    cap = 10_000
-
-    @cached_property
-    def counted(self) -> int:
-        return self.object_list[: self.cap + 1].count()
-
-    @cached_property
-    def count(self) -> int:
-        return min(self.counted, self.cap)
-
-    @property
-    def capped(self) -> bool:
-        return self.counted > self.cap
-
-
-class _ReadOnly(MachineOwnedAdmin):
-    """Memory rows change only through the API's services (validation, retention, holds,
-    receipts). By default a page shows its list's columns and nothing else, by app."""
-
-    paginator = CappedCountPaginator
-    show_facets = admin.ShowFacets.NEVER
-    # Every sortable column but the default ordering would be a sort of the whole table.
-    sortable_by = ()
-    list_select_related = ["app"]
-    list_filter = ["app"]
-    ordering = ["-id"]
-
-    def get_fields(self, request, obj=None):
-        return self.fields or self.list_display
-
-    def get_readonly_fields(self, request, obj=None):
-        return self.get_fields(request, obj)
 
 
 class EmbeddedFilter(admin.SimpleListFilter):
@@ -112,7 +72,7 @@ class EmbeddingModelFilter(admin.SimpleListFilter):
 
 
 @admin.register(MemoryEntry)
-class MemoryEntryAdmin(ContentAdminMixin, _ReadOnly):
+class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
     """Memories by their ids and numbers: never the content, its lexical index or vector,
     the metadata's values or the client's idempotency key (none of them is even read) —
     except for operators holding ``ctxadmin.view_content``, who see the text and metadata
@@ -202,7 +162,7 @@ class MemoryEntryAdmin(ContentAdminMixin, _ReadOnly):
 
     @admin.action(description="Erase entries (with erasure receipts)", permissions=["erase"])
     def erase_entries(self, request, queryset):
-        from ctxadmin.api.errors import ApiError
+        from ctxadmin.errors import ServiceError
         from memory import erasure
 
         erased, refused = 0, 0
@@ -210,7 +170,7 @@ class MemoryEntryAdmin(ContentAdminMixin, _ReadOnly):
             try:
                 erasure.erase_entry(entry.app, entry.user_id, str(entry.pk), "console")
                 erased += 1
-            except ApiError:  # a legal hold, a retention period, or already gone
+            except ServiceError:  # a legal hold, a retention period, or already gone
                 refused += 1
         self.message_user(request, f"{erased} entries erased; {refused} refused.")
 
@@ -235,7 +195,7 @@ class MemoryEntryAdmin(ContentAdminMixin, _ReadOnly):
 
 
 @admin.register(MemoryPolicy)
-class MemoryPolicyAdmin(_ReadOnly):
+class MemoryPolicyAdmin(ReadOnlyAdmin):
     """Apps' memory governance (set through the API, where it is validated)."""
 
     list_display = [
@@ -252,24 +212,24 @@ class MemoryPolicyAdmin(_ReadOnly):
 
 
 @admin.register(Consent)
-class ConsentAdmin(_ReadOnly):
+class ConsentAdmin(ReadOnlyAdmin):
     list_display = ["id", "app", "user_id", "granted", "updated_at", "updated_by"]
 
 
 @admin.register(LegalHold)
-class LegalHoldAdmin(_ReadOnly):
+class LegalHoldAdmin(ReadOnlyAdmin):
     list_display = ["id", "app", "user_id", "created_at", "created_by"]
 
 
 @admin.register(ErasureEpoch)
-class ErasureEpochAdmin(_ReadOnly):
+class ErasureEpochAdmin(ReadOnlyAdmin):
     list_display = ["id", "app", "scope_fingerprint", "epoch", "updated_at"]
     search_fields = ["scope_fingerprint__exact"]
     search_help_text = "A scope fingerprint (a memory's page shows its scope's)."
 
 
 @admin.register(ErasureReceipt)
-class ErasureReceiptAdmin(_ReadOnly):
+class ErasureReceiptAdmin(ReadOnlyAdmin):
     """Content-free records of erasures: which key, which scope (a fingerprint), how many."""
 
     list_display = [
@@ -299,7 +259,7 @@ class ErasureReceiptAdmin(_ReadOnly):
 
 
 @admin.register(ScopeIndex)
-class ScopeIndexAdmin(_ReadOnly):
+class ScopeIndexAdmin(ReadOnlyAdmin):
     """Large scopes' own vector indexes (built and dropped by
     ``memory.maintain_scope_indexes``; ``manage.py scope_indexes`` runs it now)."""
 
@@ -321,7 +281,7 @@ class ScopeIndexAdmin(_ReadOnly):
 
 
 @admin.register(OutboxJob)
-class OutboxJobAdmin(_ReadOnly):
+class OutboxJobAdmin(ReadOnlyAdmin):
     """Ingestion jobs, content-free: never the payload. Operators holding
     ``memory.operate_outbox`` may make waiting jobs due now or cancel active ones (through
     the outbox service, as the API does)."""

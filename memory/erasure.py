@@ -24,8 +24,8 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ctxadmin.api.errors import ApiError, strict_object, uuid_or_404
 from ctxadmin.canonical import fingerprint
+from ctxadmin.errors import ServiceError, strict_object, uuid_or_404
 from ctxadmin.models import App
 from memory.governance import invalid, refuse_if_held, scope_fingerprint
 from memory.models import ErasureReceipt
@@ -97,7 +97,7 @@ def check_epoch(app: App, user_id: str, epoch: int) -> None:
     scope lock, the answer holds until the write commits."""
     current = current_epoch(app, user_id)
     if epoch < current:
-        raise ApiError(
+        raise ServiceError(
             "memory_erasure_epoch_stale",
             "This user's memory was erased after this write was prepared; it was not stored.",
             status_code=409,
@@ -125,12 +125,12 @@ def _advance_epoch(app: App, user_id: str) -> int:
 # ----------------------------------------------------------------------------- erasure
 
 
-def not_found() -> ApiError:
-    return ApiError("not_found", "Not found.", status_code=404)
+def not_found() -> ServiceError:
+    return ServiceError("not_found", "Not found.", status_code=404)
 
 
-def _retained(count: int, until) -> ApiError:
-    return ApiError(
+def _retained(count: int, until) -> ServiceError:
+    return ServiceError(
         "memory_retained",
         "The app's retention period keeps this memory; it cannot be erased yet.",
         status_code=409,

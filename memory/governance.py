@@ -18,8 +18,8 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection, transaction
 
-from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.canonical import fingerprint
+from ctxadmin.errors import ServiceError, strict_object
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
 from memory.models import Consent, LegalHold, MemoryPolicy
@@ -40,8 +40,8 @@ MAX_TTL_SECONDS = 10 * 365 * 86400  # ten years
 MAX_RETENTION_DAYS = 100 * 365
 
 
-def invalid(path: str, message: str) -> ApiError:
-    return ApiError("validation_error", f"{path}: {message}", details={"field": path})
+def invalid(path: str, message: str) -> ServiceError:
+    return ServiceError("validation_error", f"{path}: {message}", details={"field": path})
 
 
 def scope_fingerprint(app: App | int, user_id: str) -> str:
@@ -181,8 +181,8 @@ def _read_terms(app: App, user_id: str) -> tuple[Policy, bool | None]:
     return Policy(required, ttl, retention, hold), granted
 
 
-def _consent_error(reason: str) -> ApiError:
-    return ApiError(
+def _consent_error(reason: str) -> ServiceError:
+    return ServiceError(
         "consent_required",
         "This app requires the user's consent to long-term memory, and it is not granted.",
         status_code=403,
@@ -288,7 +288,7 @@ def place_legal_hold(app: App, user_id: str, body: Any, key_prefix: str) -> dict
 def release_legal_hold(app: App, user_id: str) -> None:
     deleted, _ = LegalHold.objects.filter(app=app, user_id=user_id).delete()
     if not deleted:
-        raise ApiError("not_found", "Not found.", status_code=404)
+        raise ServiceError("not_found", "Not found.", status_code=404)
     logger.info("memory_legal_hold_released", extra={"app": app.pk})
 
 
@@ -311,8 +311,8 @@ def refuse_if_held(app: App, user_id: str) -> None:
             raise _held("user")
 
 
-def _held(scope: str) -> ApiError:
-    return ApiError(
+def _held(scope: str) -> ServiceError:
+    return ServiceError(
         "legal_hold",
         "This memory is under legal hold and cannot be erased.",
         status_code=409,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.errors import ServiceError
 from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret
 from memory import services
@@ -89,7 +89,7 @@ def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> Ing
         )
         try:
             entry, created = services.add_memory(app, user_id, new)
-        except ApiError as exc:
+        except ServiceError as exc:
             if exc.get_codes() == "idempotency_conflict":
                 reasons["changed_since_ingested"] += 1
                 continue

@@ -43,9 +43,9 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from prometheus_client import Counter
 
-from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object, uuid_or_404
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_json, fingerprint
+from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uuid_or_404
 from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
 from memory import erasure, governance, ingest, services
@@ -258,7 +258,7 @@ def _check_limits(
     rows = int(cursor.fetchone()[0])
     cap = settings.CTXADMIN_OUTBOX_MAX_ROWS
     if rows >= cap and not revive:
-        raise ApiError(
+        raise ServiceError(
             "terminal_retention_full",
             "The outbox holds as many jobs as it may keep; ended jobs must be pruned first.",
             status_code=429,
@@ -283,7 +283,7 @@ def _check_limits(
     for limit, wanted, who, what in limits:
         maximum = getattr(settings, f"CTXADMIN_OUTBOX_MAX_{limit.upper()}")
         if wanted > maximum:
-            raise ApiError(
+            raise ServiceError(
                 "outbox_capacity_exceeded",
                 f"{who} as many ingestion {what} as allowed ({limit}: {maximum}).",
                 status_code=429,
@@ -312,7 +312,7 @@ def admit(
     if not rows:
         if not _session_exists(app, user_id, session_id):
             raise not_found()
-        raise ApiError(
+        raise ServiceError(
             "nothing_to_ingest",
             "The session has no event after after_seq.",
             status_code=422,
@@ -347,7 +347,7 @@ def admit(
                 return Admission(existing, True, more, rows[-1]["seq"] if more else None)
             try:
                 _check_limits(cursor, app, user_id, payload_bytes, revive=existing is not None)
-            except ApiError:
+            except ServiceError:
                 ADMISSIONS.labels("refused").inc()
                 raise
         if existing is not None:  # a failed or cancelled job of the same events: again
@@ -440,7 +440,7 @@ def admit_on_success(app: App, user_id: str, session_id: str) -> Admission | Non
             after_seq=next_after_seq(app, user_id, session_id),
             appended_after=erased_at(app, user_id, session_id),
         )
-    except ApiError as exc:
+    except ServiceError as exc:
         if _code(exc) != "nothing_to_ingest":
             logger.warning(
                 "outbox_automatic_admission_refused", extra={"app": app.pk, "code": _code(exc)}
@@ -465,7 +465,7 @@ def on_invocation_completed(sender, *, app: App, user_id: str, session_id: str, 
         )
 
 
-def _code(exc: ApiError) -> str:
+def _code(exc: ServiceError) -> str:
     codes = exc.get_codes()
     return codes if isinstance(codes, str) else "error"
 
@@ -795,7 +795,7 @@ def _error_code(exc: Exception) -> str:
 
     from memory.embeddings import EmbeddingError
 
-    if isinstance(exc, ApiError):
+    if isinstance(exc, ServiceError):
         code = _code(exc)
         return code if code in _MESSAGES else "internal_error"
     if isinstance(exc, EmbeddingError):
@@ -883,7 +883,7 @@ def cancel(app: App, job_id: str) -> OutboxJob:
     changed = cancel_jobs([job.pk])
     job.refresh_from_db()
     if not changed and job.phase != OutboxJob.CANCELLED:
-        raise ApiError(
+        raise ServiceError(
             "outbox_job_ended",
             f"The job has ended ({job.phase}); only an active job can be cancelled.",
             status_code=409,

@@ -19,8 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object, uuid_or_404
 from ctxadmin.canonical import canonical_json, canonical_size
+from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uuid_or_404
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed, is_secret_key, looks_like_secret
 from memory import erasure, governance, scope_index
@@ -150,7 +150,7 @@ def parse_new_memory(body: Any) -> NewMemory:
         raise invalid("embed", "must be auto, sync or async")
     epoch = erasure.parse_epoch(body.get("erasure_epoch"))
     if looks_like_secret(content):
-        raise ApiError(
+        raise ServiceError(
             "sensitive_memory_content",
             "The content looks like it carries a credential; it was not stored.",
             status_code=422,
@@ -184,14 +184,14 @@ def check_capacity(app: App, user_id: str, adding: int = 1) -> None:
         )
         in_scope, total = cursor.fetchone()
     if in_scope + adding > settings.CTXADMIN_MEMORY_MAX_PER_SCOPE:
-        raise ApiError(
+        raise ServiceError(
             "memory_capacity_exceeded",
             "This user's memory is full.",
             status_code=422,
             details={"limit": "per_scope", "maximum": settings.CTXADMIN_MEMORY_MAX_PER_SCOPE},
         )
     if total + adding > settings.CTXADMIN_MEMORY_MAX_TOTAL:
-        raise ApiError(
+        raise ServiceError(
             "memory_capacity_exceeded",
             "The deployment's memory is full.",
             status_code=422,
@@ -318,7 +318,7 @@ def add_memory(
     if row is None:  # another request with this key won the race
         existing = _by_key(app, user_id, new.idempotency_key)
         if existing is None:  # the key is held by an expired entry still retained or held
-            raise ApiError(
+            raise ServiceError(
                 "idempotency_conflict",
                 "This idempotency key names an expired memory that is still kept.",
                 status_code=409,
@@ -341,7 +341,7 @@ def _embed_one(embedder, text: str) -> list[float]:
     try:
         return embeddings.embed_memories(embedder, [text])[0]
     except embeddings.EmbeddingError as exc:
-        raise ApiError(
+        raise ServiceError(
             exc.code, "The embedder could not embed this memory.", status_code=502
         ) from None
 
@@ -363,7 +363,7 @@ def _by_key(app: App, user_id: str, key: str) -> tuple | None:
 def _same_or_conflict(row, digest: str) -> dict:
     entry = _entry(row)
     if entry["sha256"] != digest:
-        raise ApiError(
+        raise ServiceError(
             "idempotency_conflict",
             "This idempotency key names a memory with other content.",
             status_code=409,
@@ -683,7 +683,7 @@ def _vector(
             deadline=time.monotonic() + embeddings.EmbeddingLimits().timeout_s,
         )[0]
     except embeddings.EmbeddingError as exc:
-        raise ApiError(
+        raise ServiceError(
             exc.code, "The embedder could not embed the query.", status_code=502
         ) from None
     text = vector_text(vector)

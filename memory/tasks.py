@@ -5,24 +5,12 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
+from ctxadmin.batches import in_batches
 from memory import governance, services
 
 MAX_BATCHES_PER_RUN = 50
 # Expired entries: at most this many batches of ``governance.PURGE_BATCH_SIZE`` per run.
 MAX_PURGE_BATCHES_PER_RUN = 20
-
-
-def in_batches(run_batch, batch_size: int, max_batches: int) -> int:
-    """Call ``run_batch`` (which returns how many rows it handled) until a batch comes back
-    short of ``batch_size`` or ``max_batches`` ran; the rows handled in all. What is left
-    waits for the next run of the beat."""
-    total = 0
-    for _ in range(max_batches):
-        done = run_batch()
-        total += done
-        if done < batch_size:
-            break
-    return total
 
 
 @shared_task(name="memory.embed_pending")

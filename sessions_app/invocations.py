@@ -30,9 +30,9 @@ from django.utils import timezone
 
 from caching import keys as cache_keys
 from caching import registry as cache_registry
-from ctxadmin.api.errors import ApiError, invalid, strict_object
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import fingerprint
+from ctxadmin.errors import ServiceError, invalid, strict_object
 from ctxadmin.models import App
 from ctxadmin.providers.base import ProviderError, UnknownConnection, get_connection
 from sessions_app import fake_model, services
@@ -302,7 +302,7 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
             row.ingestion_job_id = ingestion["job_id"]
     except ProviderError as exc:
         _finish(row, started, Invocation.FAILED, exc.code)
-        raise ApiError(
+        raise ServiceError(
             exc.code,
             "The model provider did not produce a usable answer; the input is stored.",
             status_code=_PROVIDER_STATUS.get(exc.code, 502),
@@ -311,7 +311,7 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
             if exc.retry_after_s is not None
             else None,
         ) from None
-    except ApiError as exc:
+    except ServiceError as exc:
         if not row.input_event_id:
             # Refused before anything was stored: the same id may be sent again.
             row.delete()
@@ -513,14 +513,14 @@ def _response(row: Invocation, parts, cache: dict, ingestion: dict, accounting: 
 def _replay(session: Session, request: InvocationRequest) -> dict:
     row = Invocation.objects.get(session=session, invocation_id=request.invocation_id)
     if row.request_fingerprint != request.fingerprint:
-        raise ApiError(
+        raise ServiceError(
             "invocation_conflict",
             "This invocation id was used for a different request.",
             status_code=409,
             details={"invocation_id": request.invocation_id},
         )
     if row.status != Invocation.COMPLETED:
-        raise ApiError(
+        raise ServiceError(
             "invocation_" + ("in_progress" if row.status == Invocation.RUNNING else "failed"),
             "This invocation is still running."
             if row.status == Invocation.RUNNING

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ctxadmin.api.errors import ApiError, invalid, not_found
 from ctxadmin.canonical import canonical_size
+from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
 from sessions_app import signals, store, telemetry
 from sessions_app import state as scopes
@@ -39,7 +39,7 @@ def event_limits() -> EventLimits:
 def _check_state_size(state: dict, path: str) -> None:
     limit = settings.CTXADMIN_MAX_STATE_BYTES
     if canonical_size(state) > limit:
-        raise ApiError(
+        raise ServiceError(
             "state_too_large",
             f"{path} would exceed {limit} bytes",
             status_code=422,
@@ -65,7 +65,7 @@ def create_session(
             if delta.user:
                 _check_state_size(store.merge_user_state(app.pk, user_id, delta.user), "user state")
     except IntegrityError:
-        raise ApiError(
+        raise ServiceError(
             "session_exists",
             "A session with this id already exists for this user.",
             status_code=409,
@@ -103,7 +103,7 @@ def _validated(raw_events: list, path: str) -> list[dict]:
             canonical_size({k: v for k, v in event.items() if k != "timestamp"})
             > limits.max_event_bytes
         ):
-            raise ApiError(
+            raise ServiceError(
                 "event_too_large",
                 f"{where} exceeds {limits.max_event_bytes} bytes",
                 status_code=413,
@@ -256,7 +256,7 @@ def _append_locked(
         if locked is None:
             raise not_found()
         if expected_revision is not None and expected_revision != locked.revision:
-            raise ApiError(
+            raise ServiceError(
                 "stale_session",
                 "The session has changed since the revision you read; nothing was written.",
                 status_code=409,
@@ -273,7 +273,7 @@ def _append_locked(
             if previous_hash is None:
                 fresh.append(item)
             elif previous_hash != item.event["hash"]:
-                raise ApiError(
+                raise ServiceError(
                     "event_id_conflict",
                     "An event with this event_id is stored with different content.",
                     status_code=409,

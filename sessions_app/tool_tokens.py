@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ctxadmin.api.errors import ApiError, invalid, not_found, strict_object
+from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.keys import digest_matches, hash_key
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
@@ -84,7 +84,7 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
     if wanted is not None:
         calls = [(c, seq) for c, seq in calls if c.get("id") == wanted]
     if not calls:
-        raise ApiError(
+        raise ServiceError(
             "no_such_function_call",
             "The model made no such function call in this invocation.",
             status_code=422,
@@ -97,7 +97,7 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
         # ends the call's tokens, but only those committed before it).
         Session.objects.select_for_update().filter(pk=session.pk).values_list("pk").get()
         if answered(session.pk, call["id"], call_seq):
-            raise ApiError(
+            raise ServiceError(
                 "function_call_answered",
                 "The function response of this call is already stored.",
                 status_code=409,
@@ -106,7 +106,7 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
             invocation=invocation, revoked_at__isnull=True, expires_at__gt=timezone.now()
         ).count()
         if open_tokens >= MAX_OPEN_PER_INVOCATION:
-            raise ApiError(
+            raise ServiceError(
                 "too_many_tool_tokens",
                 f"An invocation holds at most {MAX_OPEN_PER_INVOCATION} open tool tokens.",
                 status_code=429,

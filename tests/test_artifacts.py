@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 
 from artifacts import rules, services
 from artifacts.models import ArtifactHead, ArtifactVersion
-from ctxadmin.api.errors import ApiError
+from ctxadmin.errors import ServiceError
 from ctxadmin.services import create_api_key
 from tests.test_sessions_schema import check
 
@@ -427,10 +427,10 @@ def test_services_take_the_scope_explicitly(owner):
     assert list(versions.values_list("version", flat=True)) == [0, 1]
     names = services.list_artifact_names(owner.app, "alice", "s1")
     assert list(names.values_list("name", flat=True)) == ["n.txt"]
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(ServiceError) as refused:
         services.save_artifact(owner.app, "alice", "s1", "../x", b"", "text/plain")
     assert (refused.value.code, refused.value.details["field"]) == ("validation_error", "name")
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(ServiceError) as refused:
         services.load_artifact(owner.app, "bob", "s1", "n.txt")
     assert refused.value.code == "not_found"
     assert services.delete_artifact(owner.app, "alice", "s1", "n.txt") == 2

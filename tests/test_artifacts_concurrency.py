@@ -10,7 +10,7 @@ from django.db import connection
 
 from artifacts import services
 from artifacts.models import ArtifactHead, ArtifactVersion
-from ctxadmin.api.errors import ApiError
+from ctxadmin.errors import ServiceError
 from sessions_app import services as sessions
 from tests.conftest import make_tenant
 
@@ -74,7 +74,7 @@ def test_saves_racing_a_session_delete_leave_nothing_behind():
 
         results = run_together(8, work)
         for result in results[1:]:
-            if isinstance(result, ApiError):
+            if isinstance(result, ServiceError):
                 assert result.code == "not_found", result
             else:
                 assert isinstance(result, services.ArtifactInfo), result
@@ -92,7 +92,7 @@ def test_saves_racing_a_delete_of_the_name_keep_versions_consecutive():
         if index % 4 == 0:
             try:
                 return services.delete_artifact(tenant.app, "alice", "s1", "n")
-            except ApiError as exc:
+            except ServiceError as exc:
                 return exc.code
         return services.save_artifact(tenant.app, "alice", "s1", "n", b"y", "text/plain")
 

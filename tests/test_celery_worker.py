@@ -6,7 +6,7 @@ import pytest
 from celery.signals import before_task_publish
 from django.db import connection, transaction
 
-from ctxadmin.celery import TaskArgumentError
+from config.celery import TaskArgumentError
 from ctxadmin.models import WorkerProbe
 from ctxadmin.probes import start_worker_probe, wait_for_probe
 from ctxadmin.tasks import complete_worker_probe

@@ -13,8 +13,8 @@ import pytest
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from ctxadmin.api.errors import ApiError
 from ctxadmin.canonical import fingerprint
+from ctxadmin.errors import ServiceError
 from ctxadmin.services import create_api_key
 from memory import erasure, governance, services, tasks
 from memory.models import Consent, ErasureEpoch, ErasureReceipt, MemoryEntry
@@ -199,7 +199,7 @@ class TestErasureEpoch:
         assert MemoryEntry.objects.count() == 0
 
         new = services.parse_new_memory({"content": "queued in the service"})
-        with pytest.raises(ApiError) as caught:
+        with pytest.raises(ServiceError) as caught:
             services.add_memory(owner.app, "alice", new, epoch=0)
         assert caught.value.code == "memory_erasure_epoch_stale"
         assert caught.value.status_code == 409
@@ -449,7 +449,7 @@ class TestExpiry:
         assert second["id"] != first["id"] and MemoryEntry.objects.count() == 1
 
     def test_the_beat_purges(self):
-        from ctxadmin.celery import BEAT_SCHEDULE
+        from config.celery import BEAT_SCHEDULE
 
         assert BEAT_SCHEDULE["purge-expired-memories"]["task"] == "memory.purge_expired"
 

@@ -133,7 +133,7 @@ def _web_server(work_dir: Path, broker_url: str) -> tuple[subprocess.Popen, str]
         sys.executable,
         "-m",
         "gunicorn",
-        "ctxadmin.wsgi:application",
+        "config.wsgi:application",
         "--bind",
         f"127.0.0.1:{port}",
         "--workers",

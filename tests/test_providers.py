@@ -564,7 +564,7 @@ def test_base_url_is_never_repeated_in_a_configuration_error():
 def test_settings_module_refuses_junk_providers_at_import():
     env = {**os.environ, "CTXADMIN_PROVIDERS": '{"m": {"kind": "bard", "base_url": "https://g"}}'}
     result = subprocess.run(
-        [sys.executable, "-c", "import ctxadmin.settings"],
+        [sys.executable, "-c", "import config.settings"],
         cwd=stack.PROJECT_DIR,
         env=env,
         capture_output=True,

@@ -40,7 +40,7 @@ from kombu import Exchange, Queue
 from rest_framework.test import APIClient
 
 from caching.providers import fake_adapter
-from ctxadmin.celery import app as celery_app
+from config.celery import app as celery_app
 from ctxadmin.services import create_api_key
 from ctxadmin.telemetry import JsonFormatter
 from ctxadmin.testing.fake_embeddings import FakeEmbeddings
@@ -858,7 +858,7 @@ def test_no_seeded_secret_reaches_logs_messages_metrics_diagnostics_or_console(
     import memory.tasks  # noqa: F401
     import sessions_app.tasks  # noqa: F401
     from caching.tasks import cleanup
-    from ctxadmin.celery import BEAT_SCHEDULE
+    from config.celery import BEAT_SCHEDULE
     from ctxadmin.probes import start_worker_probe
 
     sent_to_fake_cache: list[str] = []  # the prefixes the in-process cache provider was given

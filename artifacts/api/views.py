@@ -13,11 +13,11 @@ from rest_framework.response import Response
 
 from artifacts import rules, services
 from artifacts.models import ArtifactHead
-from ctxadmin.api.errors import ApiError
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
+from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
+from ctxadmin.errors import ServiceError
 from ctxadmin.models import SCOPE_SESSIONS
-from sessions_app.api.schemas import ref
 from sessions_app.events import iso_timestamp
 
 JSON = "application/json"
@@ -50,7 +50,7 @@ def _once(request, name: str) -> str | None:
     one a proxy in front reads is anyone's guess)."""
     given = request.query_params.getlist(name)
     if len(given) > 1:
-        raise ApiError(
+        raise ServiceError(
             "invalid_parameter", f"{name} must be given once", details={"parameter": name}
         )
     return given[0] if given else None
@@ -61,7 +61,7 @@ def _format(request) -> str:
     if value is None:
         return "json"
     if value not in FORMATS:
-        raise ApiError(
+        raise ServiceError(
             "invalid_parameter",
             f"format must be one of {', '.join(FORMATS)}",
             details={"parameter": "format"},
@@ -74,7 +74,7 @@ def _version(request) -> int | None:
     if raw is None:
         return None
     if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
-        raise ApiError(
+        raise ServiceError(
             "invalid_parameter",
             "version must be an integer >= 0",
             details={"parameter": "version"},
@@ -215,7 +215,7 @@ class ArtifactAttachView(ArtifactsScopedView):
         responses={201: ref("ArtifactAttached")},
     )
     def post(self, request, app, user, sid, name):
-        from ctxadmin.api.errors import strict_object
+        from ctxadmin.errors import strict_object
         from sessions_app import services as session_services
         from sessions_app.models import ToolToken
 
@@ -224,12 +224,12 @@ class ArtifactAttachView(ArtifactsScopedView):
         if version is not None and (
             isinstance(version, bool) or not isinstance(version, int) or version < 0
         ):
-            raise ApiError(
+            raise ServiceError(
                 "validation_error", "version: must be an integer >= 0", details={"field": "version"}
             )
         token = request.auth if isinstance(request.auth, ToolToken) else None
         if token is not None and "author" in body:
-            raise ApiError(
+            raise ServiceError(
                 "validation_error",
                 "author: a tool token attaches as its tool",
                 details={"field": "author"},

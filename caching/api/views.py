@@ -11,9 +11,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
 from caching import registry
+from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.models import SCOPE_CACHE
-from sessions_app.api.schemas import ref
 
 JSON = "application/json"
 

@@ -1,5 +1,8 @@
 """The one error envelope: ``{"error": {"code", "message", "details"}}``.
 
+Domain code raises ``ctxadmin.errors.ServiceError``; this module is the web side that maps it
+(and DRF's and Django's own exceptions) to the envelope.
+
 Every error the API returns goes through ``exception_handler`` (DRF) or ``error_response``
 (Django-level 404/500 and middleware), with a stable machine ``code``.
 """
@@ -7,7 +10,6 @@ Every error the API returns goes through ``exception_handler`` (DRF) or ``error_
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -18,61 +20,10 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from ctxadmin.pruning import echoed, looks_like_secret, redact_secret_text
+from ctxadmin.errors import ServiceError
+from ctxadmin.pruning import looks_like_secret, redact_secret_text
 
 logger = logging.getLogger("ctxadmin.api")
-
-
-class ApiError(exceptions.APIException):
-    """A domain error with a stable code, a human message and structured details."""
-
-    status_code = status.HTTP_400_BAD_REQUEST
-    default_code = "bad_request"
-
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        *,
-        status_code: int | None = None,
-        details: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(detail=message, code=code)
-        self.code = code
-        self.message = message
-        if status_code is not None:
-            self.status_code = status_code
-        self.details = details or {}
-        self.headers = headers or {}
-
-
-def invalid(path: str, message: str) -> ApiError:
-    """A 400 ``validation_error`` naming the offending field in ``details.field``."""
-    return ApiError("validation_error", f"{path}: {message}", details={"field": path})
-
-
-def not_found() -> ApiError:
-    return ApiError("not_found", "Not found.", status_code=404)
-
-
-def uuid_or_404(value: str) -> uuid.UUID:
-    """A path's UUID; anything else names no object: 404 ``not_found``."""
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise not_found() from None
-
-
-def strict_object(body: Any, allowed: frozenset[str] | set[str]) -> dict:
-    """``body`` if it is a JSON object with no key outside ``allowed``; else 400 naming the
-    first unknown key (or ``body``)."""
-    if not isinstance(body, dict):
-        raise invalid("body", "must be a JSON object")
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise invalid(echoed(unknown[0]), "unknown field")
-    return body
 
 
 def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> dict:
@@ -145,14 +96,14 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         exc = request_too_large_error()
     elif isinstance(exc, DatabaseOperationalError | DatabaseInterfaceError):
         logger.warning("database_unavailable", extra={"error": type(exc).__name__})
-        exc = ApiError(
+        exc = ServiceError(
             "database_unavailable",
             "The database is unavailable; retry shortly.",
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": "1"},
         )
 
-    if isinstance(exc, ApiError):
+    if isinstance(exc, ServiceError):
         body = envelope(exc.code, exc.message, exc.details)
         headers.update(exc.headers)
     elif isinstance(exc, exceptions.ValidationError):
@@ -188,11 +139,11 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     return Response(body, status=exc.status_code, headers=headers)
 
 
-def request_too_large_error(limit: int | None = None) -> ApiError:
+def request_too_large_error(limit: int | None = None) -> ServiceError:
     from django.conf import settings
 
     limit = limit or settings.CTXADMIN_MAX_BODY_BYTES
-    return ApiError(
+    return ServiceError(
         "request_too_large",
         f"The request body exceeds the limit of {limit} bytes.",
         status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,

@@ -7,7 +7,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.errors import ServiceError
 
 PAGINATION_QUERY_PARAMS = frozenset({"cursor", "limit"})
 
@@ -39,7 +39,7 @@ class Cursor(CursorPagination):
         if raw is None:
             return self.page_size
         if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
-            raise ApiError(
+            raise ServiceError(
                 "invalid_parameter",
                 f"limit must be an integer from 1 to {self.max_page_size}",
                 details={"parameter": "limit", "maximum": self.max_page_size},
@@ -65,7 +65,7 @@ class Cursor(CursorPagination):
             ):
                 raise ValueError("not a cursor of this list")
         except (signing.BadSignature, TypeError, ValueError):
-            raise ApiError(
+            raise ServiceError(
                 "invalid_cursor",
                 "cursor is not a cursor this list returned",
                 details={"parameter": "cursor"},

@@ -3,8 +3,8 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework.parsers import JSONParser
 
-from ctxadmin.api.errors import ApiError
 from ctxadmin.api.jsonsafe import JsonInputError, loads_strict
+from ctxadmin.errors import ServiceError
 
 
 class StrictJSONParser(JSONParser):
@@ -13,8 +13,8 @@ class StrictJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         raw = stream.read() if stream is not None else b""
         if not raw:
-            raise ApiError("malformed_json", "the body is empty; send a JSON document")
+            raise ServiceError("malformed_json", "the body is empty; send a JSON document")
         try:
             return loads_strict(raw, settings.CTXADMIN_MAX_JSON_DEPTH)
         except JsonInputError as exc:
-            raise ApiError(exc.code, exc.message) from None
+            raise ServiceError(exc.code, exc.message) from None

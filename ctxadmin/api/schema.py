@@ -77,3 +77,8 @@ def add_error_envelope(result, generator, request, public):
                 {"description": "An error", "content": {"application/json": {"schema": reference}}},
             )
     return result
+
+
+def ref(name: str) -> dict:
+    """A JSON Schema reference to the component ``name``."""
+    return {"$ref": f"#/components/schemas/{name}"}

@@ -12,8 +12,8 @@ from __future__ import annotations
 from rest_framework import exceptions
 from rest_framework.generics import GenericAPIView
 
-from ctxadmin.api.errors import ApiError
 from ctxadmin.api.paths import path_segment_error
+from ctxadmin.errors import ServiceError
 from ctxadmin.models import ApiKey, App
 from ctxadmin.pruning import MAX_ECHOED, echoed
 
@@ -57,7 +57,7 @@ class AppScopedView(GenericAPIView):
         for name, value in kwargs.items():
             problem = path_segment_error(name, value)
             if problem:
-                raise ApiError("invalid_path_parameter", problem, details={"parameter": name})
+                raise ServiceError("invalid_path_parameter", problem, details={"parameter": name})
         if tool_token is not None:
             self._check_tool_token(tool_token, request.method, kwargs)
         else:
@@ -71,7 +71,7 @@ class AppScopedView(GenericAPIView):
             raise exceptions.MethodNotAllowed(request.method)
         unknown = sorted(set(request.query_params) - self.allowed_query_params)
         if unknown:
-            raise ApiError(
+            raise ServiceError(
                 "unknown_parameter",
                 f"unknown query parameter {echoed(unknown[0])!r}",
                 details={
@@ -91,7 +91,7 @@ class AppScopedView(GenericAPIView):
             raise exceptions.NotFound()
         needed = self.tool_capabilities.get(method, self.tool_capabilities.get("*"))
         if needed is None or needed not in token.capabilities:
-            raise ApiError(
+            raise ServiceError(
                 "capability_denied",
                 "This tool token does not allow this operation.",
                 status_code=403,

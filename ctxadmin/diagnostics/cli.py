@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from ctxadmin.api.errors import ApiError
+from ctxadmin.errors import ServiceError
 from ctxadmin.models import App
 
 #: ``erased_by`` and the log's actor for work done from the command line.
@@ -31,5 +31,5 @@ def run(call: Callable[[], Any]) -> Any:
     """``call()``, with an API error turned into a failing command (exit status 1)."""
     try:
         return call()
-    except ApiError as exc:
+    except ServiceError as exc:
         raise CommandError(f"{exc.code}: {exc.message}") from None

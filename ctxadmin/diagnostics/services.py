@@ -20,9 +20,9 @@ from django.db import connection, transaction
 
 from caching import registry
 from caching.models import CacheScope
-from ctxadmin.api.errors import ApiError, invalid, not_found
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_size
+from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
 from memory import erasure, outbox
@@ -54,8 +54,8 @@ def _time(value) -> str | None:
     return iso_timestamp(value) if value is not None else None
 
 
-def _parameter_error(name: str, message: str) -> ApiError:
-    return ApiError("invalid_parameter", f"{name} {message}", details={"parameter": name})
+def _parameter_error(name: str, message: str) -> ServiceError:
+    return ServiceError("invalid_parameter", f"{name} {message}", details={"parameter": name})
 
 
 # ----------------------------------------------------------------------------- sessions
@@ -73,7 +73,7 @@ def check_identifiers(**segments: str) -> None:
     for name, value in segments.items():
         problem = path_segment_error(name, value)
         if problem:
-            raise ApiError("invalid_path_parameter", problem, details={"parameter": name})
+            raise ServiceError("invalid_path_parameter", problem, details={"parameter": name})
 
 
 # ----------------------------------------------------------------------------- context
@@ -343,8 +343,8 @@ def parse_confirmation(body: Any) -> Confirmation:
     return Confirmation(**{name: body[name] for name in CONFIRM_KEYS})
 
 
-def _mismatch(field: str) -> ApiError:
-    return ApiError(
+def _mismatch(field: str) -> ServiceError:
+    return ServiceError(
         "confirmation_mismatch",
         f"The confirmation's {field} does not match; nothing was invalidated.",
         status_code=409,

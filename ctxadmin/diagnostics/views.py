@@ -16,11 +16,11 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ctxadmin.api.errors import ApiError
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.auth import ApiKeyAuthentication
 from ctxadmin.diagnostics import services
+from ctxadmin.errors import ServiceError
 from ctxadmin.models import SCOPE_CACHE, SCOPE_DIAGNOSTICS, SCOPE_MEMORY, App
 from ctxadmin.pruning import MAX_ECHOED, echoed
 from memory import erasure
@@ -81,13 +81,13 @@ class DiagnosticsView(AppScopedView):
         for name, value in kwargs.items():
             problem = path_segment_error(name, value)
             if problem:
-                raise ApiError("invalid_path_parameter", problem, details={"parameter": name})
+                raise ServiceError("invalid_path_parameter", problem, details={"parameter": name})
         tenant = App.objects.filter(name=kwargs.get("app")).first()
         if tenant is None:
             raise exceptions.NotFound()
         unknown = sorted(set(request.query_params) - self.allowed_query_params)
         if unknown:
-            raise ApiError(
+            raise ServiceError(
                 "unknown_parameter",
                 f"unknown query parameter {echoed(unknown[0])!r}",
                 details={

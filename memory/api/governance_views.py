@@ -11,10 +11,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from ctxadmin.api.schema import ref
 from ctxadmin.models import SCOPE_ADMIN, SCOPE_MEMORY
 from memory import erasure, governance
 from memory.api.views import JSON, MemoryScopedView
-from sessions_app.api.schemas import ref
 
 
 class MemoryPolicyView(MemoryScopedView):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from ctxadmin.api.errors import strict_object
 from ctxadmin.api.paths import path_segment_error
+from ctxadmin.api.schema import ref
+from ctxadmin.errors import strict_object
 from memory import ingest, services
 from memory.api.views import JSON, MemoryScopedView
-from sessions_app.api.schemas import ref
 
 
 class MemoryEventsView(MemoryScopedView):

@@ -10,9 +10,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from ctxadmin.api.schema import ref
 from memory import outbox
 from memory.api.views import JSON, MemoryScopedView
-from sessions_app.api.schemas import ref
 
 
 def _status_url(request, app: str, job_id: str) -> str:

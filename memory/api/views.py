@@ -6,13 +6,13 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from ctxadmin.api.errors import ApiError
 from ctxadmin.api.paths import path_segment_error
+from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
+from ctxadmin.errors import ServiceError
 from ctxadmin.models import SCOPE_MEMORY
 from ctxadmin.pruning import MAX_ECHOED, echoed
 from memory import erasure, services
-from sessions_app.api.schemas import ref
 
 JSON = "application/json"
 
@@ -38,7 +38,7 @@ class MemoryListView(MemoryScopedView):
     def post(self, request, app, user):
         if request.query_params:
             unknown = sorted(request.query_params)
-            raise ApiError(
+            raise ServiceError(
                 "unknown_parameter",
                 f"unknown query parameter {echoed(unknown[0])!r}",
                 details={"unknown": [echoed(name) for name in unknown[:MAX_ECHOED]], "allowed": []},

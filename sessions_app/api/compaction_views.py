@@ -8,12 +8,12 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
+from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
+from ctxadmin.errors import ServiceError, strict_object
 from ctxadmin.models import SCOPE_SESSIONS
 from sessions_app import services as session_services
-from sessions_app.api.schemas import ref
 from sessions_app.api.views import JSON, SessionsScopedView
 from sessions_app.compaction import services
 from sessions_app.compaction.policy import LIMITS
@@ -213,7 +213,7 @@ class CompactionListView(SessionsScopedView):
                 **getattr(row, "conflict_details", {}),
             }
             conflict = row.reason in {"stale_head", "compaction_conflict"}
-            raise ApiError(
+            raise ServiceError(
                 row.reason,
                 row.message,
                 status_code=409 if conflict else 422,

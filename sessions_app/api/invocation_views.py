@@ -6,9 +6,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
 from sessions_app import invocations, selectors, services, tool_tokens
-from sessions_app.api.schemas import ref
 from sessions_app.api.views import SessionsScopedView
 
 JSON = "application/json"

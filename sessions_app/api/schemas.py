@@ -9,6 +9,7 @@ responses against them so the two cannot drift apart.
 from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
+from ctxadmin.api.schema import ref
 from sessions_app.compaction.policy import LIMITS as POLICY_LIMITS
 from sessions_app.compaction.policy import NULLABLE as _NULLABLE_POLICY_FIELDS
 from sessions_app.compaction.policy import RETENTION_MODES, SUMMARIZER_KINDS, ZERO_ALLOWED
@@ -18,11 +19,6 @@ from sessions_app.events import (
     MIME_TYPE_PATTERN,
     USAGE_KEYS,
 )
-
-
-def ref(name: str) -> dict:
-    return {"$ref": f"#/components/schemas/{name}"}
-
 
 _ID = {"type": "string", "pattern": f"^{ID_PATTERN}$", "maxLength": 128}
 _TIMESTAMP = {

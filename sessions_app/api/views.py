@@ -11,15 +11,15 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.paths import path_segment_error
+from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
+from ctxadmin.errors import ServiceError, strict_object
 from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
 from ctxadmin.pruning import echoed
 from sessions_app import selectors, services
 from sessions_app import state as scopes
-from sessions_app.api.schemas import ref
 from sessions_app.compaction import services as compaction
 from sessions_app.context.build import build_context, parse_request
 from sessions_app.events import CONTENT_TYPES, EventError, iso_timestamp, parse_timestamp
@@ -33,7 +33,7 @@ def _int_param(request, name: str, *, minimum: int = 0) -> int | None:
     if raw is None:
         return None
     if not raw.isdigit() or int(raw) < minimum:
-        raise ApiError(
+        raise ServiceError(
             "invalid_parameter",
             f"{name} must be an integer >= {minimum}",
             details={"parameter": name},
@@ -48,7 +48,7 @@ def _timestamp_param(request, name: str) -> datetime | None:
     try:
         return parse_timestamp(float(raw) if _is_number(raw) else raw, name)
     except EventError as exc:
-        raise ApiError("invalid_parameter", exc.message, details={"parameter": name}) from None
+        raise ServiceError("invalid_parameter", exc.message, details={"parameter": name}) from None
 
 
 def _is_number(raw: str) -> bool:
@@ -64,7 +64,7 @@ def _bool_param(request, name: str) -> bool:
     if raw is None:
         return False
     if raw not in {"true", "false", "1", "0"}:
-        raise ApiError(
+        raise ServiceError(
             "invalid_parameter", f"{name} must be true or false", details={"parameter": name}
         )
     return raw in {"true", "1"}
@@ -76,13 +76,13 @@ def _list_param(request, name: str, *, choices: tuple[str, ...] | None = None) -
         return None
     values = [value for value in raw.split(",") if value]
     if len(values) > 256:
-        raise ApiError(
+        raise ServiceError(
             "invalid_parameter", f"{name} has more than 256 values", details={"parameter": name}
         )
     if choices is not None:
         unknown = sorted(set(values) - set(choices))
         if unknown:
-            raise ApiError(
+            raise ServiceError(
                 "invalid_parameter",
                 f"{name}: unknown value {echoed(unknown[0])!r}; choose from {list(choices)}",
                 details={"parameter": name},
@@ -324,7 +324,7 @@ class ContextView(SessionsScopedView):
     def post(self, request, app, user, sid):
         context_request = parse_request(request.data)  # before any event is read
         if context_request.memory is not None and not request.auth.has_scope(SCOPE_MEMORY):
-            raise ApiError(
+            raise ServiceError(
                 "permission_denied",
                 "Memory retrieval needs an API key with the 'memory' scope.",
                 status_code=403,

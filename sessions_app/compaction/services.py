@@ -22,8 +22,8 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ctxadmin.api.errors import ApiError, uuid_or_404
 from ctxadmin.canonical import canonical_json, canonical_size, fingerprint
+from ctxadmin.errors import ServiceError, uuid_or_404
 from ctxadmin.models import App
 from sessions_app import store
 from sessions_app.compaction import engine
@@ -261,7 +261,7 @@ def _existing(session: Session, compaction_id: uuid.UUID) -> Checkpoint | None:
     if found is None:
         return None
     if found.session_id != session.pk:
-        raise ApiError(
+        raise ServiceError(
             "compaction_id_taken",
             "This compaction id is used by another session.",
             status_code=409,
@@ -270,13 +270,13 @@ def _existing(session: Session, compaction_id: uuid.UUID) -> Checkpoint | None:
     return found
 
 
-def _in_progress(session: Session) -> ApiError:
+def _in_progress(session: Session) -> ServiceError:
     running = (
         Checkpoint.objects.filter(session=session, status__in=["pending", "running"])
         .values_list("compaction_id", flat=True)
         .first()
     )
-    return ApiError(
+    return ServiceError(
         "compaction_in_progress",
         "A compaction of this session is pending or running.",
         status_code=409,
@@ -384,8 +384,8 @@ def compaction_ids(keys) -> dict[str, str]:
     }
 
 
-def _stale_head(expected, current) -> ApiError:
-    return ApiError(
+def _stale_head(expected, current) -> ServiceError:
+    return ServiceError(
         "stale_head",
         "The session's active checkpoint is not the one expected; nothing changed.",
         status_code=409,

@@ -13,8 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from ctxadmin.api.errors import ApiError, strict_object
 from ctxadmin.canonical import canonical_json, canonical_size
+from ctxadmin.errors import ServiceError, strict_object
 from ctxadmin.pruning import echoed
 from sessions_app import telemetry
 from sessions_app.compaction import services as compaction
@@ -92,7 +92,7 @@ def _memory_retrieval(value: Any) -> MemoryRetrieval:
     search_body.setdefault("limit", 5)
     try:
         search = memory_services.parse_search(search_body)
-    except ApiError as exc:
+    except ServiceError as exc:
         field = exc.details.get("field", "")
         raise invalid(f"memory.{field}", str(exc.detail).split(": ", 1)[-1]) from None
     return MemoryRetrieval(search, budgets["max_hit_bytes"], budgets["max_total_bytes"], on_error)
@@ -148,7 +148,7 @@ def _memory_items(session: Session, retrieval: MemoryRetrieval | None) -> list[d
 
     try:
         hits = memory_services.search(session.app, session.user_id, retrieval.search)
-    except ApiError:
+    except ServiceError:
         if retrieval.on_error == "omit":
             telemetry.CONTEXT_BUILDS.labels("memory_omitted").inc()
             return []
@@ -160,8 +160,8 @@ def _memory_items(session: Session, retrieval: MemoryRetrieval | None) -> list[d
 
 def _budget_error(
     code: str, message: str, measured: int, limit: int, bpt: int, which: str
-) -> ApiError:
-    return ApiError(
+) -> ServiceError:
+    return ServiceError(
         code,
         message,
         status_code=422,
@@ -218,7 +218,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
         compaction_id = str(checkpoint.compaction_id)
         if checkpoint.status != "active":
             telemetry.CONTEXT_BUILDS.labels("compaction_failed").inc()
-            raise ApiError(
+            raise ServiceError(
                 "compaction_failed",
                 "The history exceeds the budget and compacting it failed; nothing changed.",
                 status_code=422,

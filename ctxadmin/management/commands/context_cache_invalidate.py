@@ -7,20 +7,22 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from ctxadmin.api.errors import ApiError
 from ctxadmin.api.jsonsafe import JsonInputError, loads_strict
 from ctxadmin.diagnostics import services
 from ctxadmin.diagnostics.cli import CLI_ACTOR, app_named, dumps, run
+from ctxadmin.errors import ServiceError
 
 
 def _confirmation(raw: str, model: str) -> services.Confirmation:
     try:
         body = loads_strict(raw.encode("utf-8"), settings.CTXADMIN_MAX_JSON_DEPTH)
     except (JsonInputError, UnicodeEncodeError):
-        raise ApiError("malformed_json", "--confirm-json is not a valid JSON document") from None
+        raise ServiceError(
+            "malformed_json", "--confirm-json is not a valid JSON document"
+        ) from None
     confirmation = services.parse_confirmation(body)
     if confirmation.model.removeprefix("models/") != model:
-        raise ApiError(
+        raise ServiceError(
             "confirmation_mismatch",
             "The confirmation's model does not match --model; nothing was invalidated.",
             status_code=409,

@@ -14,12 +14,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from ctxadmin.api.errors import not_found, uuid_or_404
+from ctxadmin.batches import in_batches
 from ctxadmin.diagnostics.cli import app_named, dumps, run
+from ctxadmin.errors import not_found, uuid_or_404
 from ctxadmin.models import App
 from memory import outbox
 from memory.models import OutboxJob
-from memory.tasks import in_batches
 
 MAX_PRUNE_BATCH = 100_000
 

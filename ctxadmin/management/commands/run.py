@@ -92,7 +92,7 @@ class Command(BaseCommand):
                 **os.environ,
                 "DATABASE_URL": database_url,
                 "REDIS_URL": redis_url,
-                "DJANGO_SETTINGS_MODULE": "ctxadmin.settings",
+                "DJANGO_SETTINGS_MODULE": "config.settings",
                 "PYTHONUNBUFFERED": "1",
             }
             self._manage(child_env, "migrate", "--noinput", "-v", "1")
@@ -118,7 +118,7 @@ class Command(BaseCommand):
                     "-m",
                     "celery",
                     "-A",
-                    "ctxadmin",
+                    "config",
                     "beat",
                     "--loglevel",
                     "INFO",
@@ -134,9 +134,9 @@ class Command(BaseCommand):
                 stack.python_argv(
                     "-m",
                     "gunicorn",
-                    "ctxadmin.wsgi:application",
+                    "config.wsgi:application",
                     "--config",
-                    "python:ctxadmin.gunicorn_conf",
+                    "python:config.gunicorn_conf",
                     "--bind",
                     f"{host}:{port}",
                     "--workers",

@@ -16,7 +16,7 @@ from celery import Celery
 from celery.contrib.django.task import DjangoTask
 from django.db import transaction
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxadmin.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 # Identifiers only: ids, slugs, fingerprints. Free text cannot pass.
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
