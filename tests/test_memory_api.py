@@ -397,7 +397,7 @@ def test_reembed_command_refreshes_vectors_of_another_model(api):
 
 
 def test_the_embedding_dimension_is_checked(settings):
-    from ctxadmin.checks import check_embedding_dimension
+    from memory.checks import check_embedding_dimension
 
     assert check_embedding_dimension() == []
     settings.CTXADMIN_EMBEDDING_DIMENSION = 768
