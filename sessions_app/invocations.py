@@ -36,7 +36,7 @@ from ctxadmin.errors import ServiceError, invalid, strict_object
 from ctxadmin.models import App
 from ctxadmin.providers.base import ProviderError, UnknownConnection, get_connection
 from sessions_app import fake_model, services
-from sessions_app.compaction import services as compaction
+from sessions_app.compaction import policies, requests
 from sessions_app.context import build as context_build
 from sessions_app.events import EventError, validate_content
 from sessions_app.models import Checkpoint, Invocation, Session
@@ -350,7 +350,7 @@ def _finish(row: Invocation, started: float, status: str, code: str) -> None:
 def _context(session: Session, request: InvocationRequest, deadline: float):
     """The built context, the provider contents and the history items they came from."""
     built = context_build.build_context(session, request.context)
-    policy, _source = compaction.effective_policy(session)
+    policy, _source = policies.effective_policy(session)
     total = built.accounting["tokens"]["total"]
     if (
         policy.automatic
@@ -358,7 +358,7 @@ def _context(session: Session, request: InvocationRequest, deadline: float):
         and total >= policy.token_threshold
         and time.monotonic() < deadline
     ):
-        checkpoint = compaction.run_pre_request(
+        checkpoint = requests.run_pre_request(
             session, current_input_tokens=built.accounting["tokens"]["current_input"]
         )
         if checkpoint is not None and checkpoint.status == Checkpoint.ACTIVE:

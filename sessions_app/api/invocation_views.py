@@ -8,7 +8,8 @@ from rest_framework.response import Response
 
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
-from sessions_app import invocations, selectors, services, tool_tokens
+from ctxadmin.errors import not_found
+from sessions_app import invocations, selectors, tool_tokens
 from sessions_app.api.views import SessionsScopedView
 
 JSON = "application/json"
@@ -72,7 +73,7 @@ class ToolTokenIdentityView(AppScopedView):
     @extend_schema(operation_id="tool_token_identity", responses={200: ref("ToolTokenInfo")})
     def get(self, request, app):
         if not isinstance(request.auth, tool_tokens.ToolToken):
-            raise services.not_found()
+            raise not_found()
         return Response(tool_tokens.token_json(request.auth))
 
 
@@ -85,5 +86,5 @@ class SessionStateView(SessionsScopedView):
     def get(self, request, app, user, sid):
         session = selectors.session_with_state(self.tenant, user, sid)
         if session is None:
-            raise services.not_found()
+            raise not_found()
         return Response({"app": app, "user_id": user, "session_id": sid, "state": session["state"]})

@@ -16,8 +16,8 @@ from django.db import connection
 from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.errors import ServiceError, strict_object
 from ctxadmin.pruning import echoed
-from sessions_app import telemetry
-from sessions_app.compaction import services as compaction
+from sessions_app import history, telemetry
+from sessions_app.compaction import requests
 from sessions_app.context import envelope as env
 from sessions_app.context.policy import ContextPolicy, PolicyError, parse_policy
 from sessions_app.context.select import EventMeta, Overflow, select_history
@@ -210,7 +210,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
             raise _overflow_error(overflow, policy, None) from None
         # Compress: compact now (bounded by the compaction policy's timeout), then select
         # again from the new checkpoint; what still does not fit is the usual error.
-        checkpoint = compaction.run_overflow(
+        checkpoint = requests.run_overflow(
             session,
             current_input_tokens=estimate_tokens(fixed_total, policy.bytes_per_token),
             history_limit_bytes=overflow.limit_bytes,
@@ -307,7 +307,7 @@ class HistoryView:
 
 
 def read_history(session_pk: int, policy: ContextPolicy) -> HistoryView:
-    visible = compaction.visible_checkpoints(session_pk)
+    visible = history.visible_checkpoints(session_pk)
     ranges = [(v.view.first_seq, v.view.last_seq) for v in visible]
     metas = event_metas(session_pk, policy, ranges)
     if not visible:
@@ -370,7 +370,7 @@ def event_metas(
     """Every visible event's selection metadata, never content. Authors, invocation ids and
     times are read only when the policy filters on them: per-value decoding is most of the
     cost. Compaction events and events inside ``hidden`` ranges are left out."""
-    condition, params = compaction.uncovered_sql(hidden or [])
+    condition, params = history.uncovered_sql(hidden or [])
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(_meta_columns(policy))} FROM sessions_app_event "  # noqa: S608
@@ -391,7 +391,7 @@ def _restored_calls(
     )
     if not orphans:
         return []
-    condition, params = compaction.uncovered_sql(ranges)
+    condition, params = history.uncovered_sql(ranges)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(_meta_columns(policy))} FROM sessions_app_event "  # noqa: S608
@@ -403,7 +403,7 @@ def _restored_calls(
 
 
 def _hidden_count(session_pk: int, ranges: list[tuple[int, int]]) -> int:
-    condition, params = compaction.uncovered_sql(ranges)
+    condition, params = history.uncovered_sql(ranges)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM sessions_app_event "  # noqa: S608
