@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from sessions_app import store
-from sessions_app.compaction import engine
+from sessions_app.compaction import model
 from sessions_app.compaction.policy import CompactionPolicy
 from sessions_app.events import COMPACTION
 from sessions_app.models import Checkpoint
@@ -22,7 +22,7 @@ from sessions_app.models import Checkpoint
 class Visible:
     """A visible checkpoint as read for the engine and the context builder."""
 
-    view: engine.CheckpointView
+    view: model.CheckpointView
     items_json: str
     items_bytes: int
     item_count: int
@@ -49,7 +49,7 @@ def visible_checkpoints(session_pk: int) -> list[Visible]:
         rows = cursor.fetchall()
     return [
         Visible(
-            engine.CheckpointView(
+            model.CheckpointView(
                 id=cid,
                 first_seq=first,
                 last_seq=last,
@@ -115,7 +115,7 @@ def _overlap_start(session_pk: int, visible: list[Visible], policy: CompactionPo
 
 def source_events(
     session_pk: int, visible: list[Visible], policy: CompactionPolicy
-) -> list[engine.SourceEvent]:
+) -> list[model.SourceEvent]:
     """The events compaction may read: outside the visible summaries (pruned checkpoints
     keep their sources, so a later summary can absorb them), plus a sliding window's
     overlap; never compaction events."""
@@ -134,7 +134,7 @@ def source_events(
         )
         rows = cursor.fetchall()
     return [
-        engine.SourceEvent(
+        model.SourceEvent(
             seq=seq,
             event_id=event_id,
             invocation_id=invocation_id,
@@ -148,7 +148,7 @@ def source_events(
     ]
 
 
-def automatic_state(session_pk: int) -> engine.AutomaticState:
+def automatic_state(session_pk: int) -> model.AutomaticState:
     """Successful automatic compactions in the last hour, and whether a backoff holds."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -163,7 +163,7 @@ def automatic_state(session_pk: int) -> engine.AutomaticState:
             [session_pk, session_pk],
         )
         recent, backing_off = cursor.fetchone()
-    return engine.AutomaticState(recent_successes=recent, backing_off=bool(backing_off))
+    return model.AutomaticState(recent_successes=recent, backing_off=bool(backing_off))
 
 
 def active_head(session_pk: int) -> tuple[str | None, str | None]:

@@ -451,15 +451,15 @@ class TestModelSummarizers:
     def expected_summary(self, session) -> str:
         import json
 
-        from sessions_app.compaction import engine
+        from sessions_app.compaction import engine, model, planning
 
         policy, _ = policies.effective_policy(session)
         visible = session_history.visible_checkpoints(session.pk)
-        inp = engine.EngineInput(
+        inp = model.EngineInput(
             session_history.source_events(session.pk, visible, policy), [], policy, "manual"
         )
-        plan = engine.plan_prefix(inp)
-        request = engine.SummaryRequest(
+        plan = planning.plan_prefix(inp)
+        request = model.SummaryRequest(
             plan.first_seq,
             plan.last_seq,
             plan.events,

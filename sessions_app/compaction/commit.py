@@ -16,7 +16,7 @@ from django.utils import timezone
 from artifacts import services as artifacts
 from ctxadmin.canonical import canonical_json, canonical_size, fingerprint
 from sessions_app import store
-from sessions_app.compaction import engine
+from sessions_app.compaction import model, projection
 from sessions_app.compaction.policy import CompactionPolicy
 from sessions_app.events import COMPACTION, Derived
 from sessions_app.history import (
@@ -62,7 +62,7 @@ def lock_own(row: Checkpoint) -> None:
         raise LeaseLost()
 
 
-def _summary_event(row: Checkpoint, outcome: engine.Outcome, start, end) -> dict:
+def _summary_event(row: Checkpoint, outcome: model.Outcome, start, end) -> dict:
     """The ADK-shaped record of a summary: ``actions.compaction`` with the covered time span
     and the summary as the content that replaces it."""
     content = outcome.items[0]["content"]
@@ -87,7 +87,7 @@ def _summary_event(row: Checkpoint, outcome: engine.Outcome, start, end) -> dict
 def commit_outcome(
     row: Checkpoint,
     session: Session,
-    outcome: engine.Outcome,
+    outcome: model.Outcome,
     policy: CompactionPolicy,
     visible: list[Visible],
     head: str | None,
@@ -189,7 +189,7 @@ def commit_outcome(
             items_json=items_json,
             items_bytes=items_bytes,
             item_count=len(outcome.items),
-            tokens=sum(engine.item_tokens(i, policy.bytes_per_token) for i in outcome.items),
+            tokens=sum(model.item_tokens(i, policy.bytes_per_token) for i in outcome.items),
             tokens_before=outcome.tokens_before,
             tokens_after=outcome.tokens_after,
             summarizer=policy.summarizer.kind,
@@ -207,7 +207,7 @@ def commit_outcome(
             purge_events(session.pk, row, list(outcome.source_event_ids))
 
 
-def _store_projected(session: Session, outcome: engine.Outcome) -> None:
+def _store_projected(session: Session, outcome: model.Outcome) -> None:
     """Keep each projected tool response whole as the session artifact its projection names
     (in the commit's transaction: the checkpoint never names an original that is not kept)."""
     wanted: dict[str, str] = {}  # artifact name -> the projection's sha256
@@ -227,7 +227,7 @@ def _store_projected(session: Session, outcome: engine.Outcome) -> None:
     )
     for event_id, content in contents.items():
         for index, part in enumerate((content or {}).get("parts", [])):
-            name = engine.projected_artifact_name(event_id, index)
+            name = projection.projected_artifact_name(event_id, index)
             if name not in wanted or "function_response" not in part:
                 continue
             body = canonical_json(part["function_response"].get("response"))

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from sessions_app.compaction import engine, summarizers
+from sessions_app.compaction import engine, model, summarizers
 from sessions_app.compaction.commit import (
     CommitConflict,
     LeaseLost,
@@ -111,7 +111,7 @@ def execute(
     visible = visible_checkpoints(session.pk)
     head = head_of(visible)
     events = source_events(session.pk, visible, policy)
-    inp = engine.EngineInput(
+    inp = model.EngineInput(
         events=events,
         visible=[v.view for v in visible],
         policy=policy,
@@ -119,7 +119,7 @@ def execute(
         current_input_tokens=current_input_tokens,
         automatic=automatic_state(session.pk)
         if row.origin == "automatic"
-        else engine.AutomaticState(),
+        else model.AutomaticState(),
         pinned=pinned,
         history_limit_bytes=history_limit_bytes,
     )
@@ -195,7 +195,7 @@ def _fail(
     row: Checkpoint,
     code: str,
     message: str,
-    outcome: engine.Outcome,
+    outcome: model.Outcome,
     elapsed_ms: float,
     details: dict | None = None,
 ) -> Checkpoint:
