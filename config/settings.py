@@ -219,7 +219,7 @@ CTXADMIN_CACHE_ENCRYPTION_KEYS = env.list("CTXADMIN_CACHE_ENCRYPTION_KEYS", [])
 CTXADMIN_CACHE_PROVIDERS = env.list("CTXADMIN_CACHE_PROVIDERS", ["gemini", "fake"])
 CTXADMIN_CACHE_FAKE_DELAY_MS = env.int("CTXADMIN_CACHE_FAKE_DELAY_MS", 0, minimum=0)
 CTXADMIN_CACHE_FAKE_FAILURE = env.str("CTXADMIN_CACHE_FAKE_FAILURE", "")
-# The ``fake`` model provider of invocations (sessions_app/fake_model.py): its reply delay.
+# The ``fake`` model provider of invocations (runner/fake_model.py): its reply delay.
 CTXADMIN_FAKE_MODEL_DELAY_MS = env.int("CTXADMIN_FAKE_MODEL_DELAY_MS", 0, minimum=0)
 # The Gemini API; its key is read when the adapter is built, from CTXADMIN_GEMINI_API_KEY
 # (or ``_FILE``) or else GEMINI_API_KEY, so it never sits in the settings.
@@ -281,6 +281,7 @@ INSTALLED_APPS = [
     "memory.apps.MemoryConfig",
     "caching.apps.CachingConfig",
     "artifacts.apps.ArtifactsConfig",
+    "runner.apps.RunnerConfig",
 ]
 
 MIDDLEWARE = [

@@ -90,7 +90,7 @@ def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> Ing
         try:
             entry, created = services.add_memory(app, user_id, new)
         except ServiceError as exc:
-            if exc.get_codes() == "idempotency_conflict":
+            if exc.code == "idempotency_conflict":
                 reasons["changed_since_ingested"] += 1
                 continue
             raise

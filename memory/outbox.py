@@ -466,8 +466,7 @@ def on_invocation_completed(sender, *, app: App, user_id: str, session_id: str, 
 
 
 def _code(exc: ServiceError) -> str:
-    codes = exc.get_codes()
-    return codes if isinstance(codes, str) else "error"
+    return exc.code
 
 
 # ----------------------------------------------------------------------------- claiming

@@ -10,7 +10,7 @@ from caching.models import CacheEntry
 from caching.providers import fake_adapter
 from ctxadmin.testing.fake_gemini_cache import FakeGeminiCache
 from memory import outbox
-from sessions_app import fake_model
+from runner import fake_model
 from sessions_app.models import Checkpoint, Event, Invocation
 from tests.conftest import make_tenant
 from tests.test_sessions_schema import check

@@ -27,7 +27,8 @@ from ctxadmin.models import App
 from ctxadmin.pruning import echoed
 from memory import erasure, outbox
 from memory import services as memory_services
-from sessions_app.context.build import ContextRequest, build_context
+from runner.context import build_context
+from runner.inputs import ContextRequest
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.events import iso_timestamp
 from sessions_app.models import Checkpoint, Session

@@ -1,4 +1,4 @@
-"""Invocations over REST: one model call with managed context for a session."""
+"""Tool tokens and session state over REST: what an invocation's tools act with."""
 
 from __future__ import annotations
 
@@ -9,32 +9,10 @@ from rest_framework.response import Response
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.errors import not_found
-from sessions_app import invocations, selectors, tool_tokens
+from sessions_app import selectors, tool_tokens
 from sessions_app.api.views import SessionsScopedView
 
 JSON = "application/json"
-
-
-class InvocationListView(SessionsScopedView):
-    @extend_schema(
-        operation_id="invocations_run",
-        description="Append the input, build the context (compacting under token pressure, "
-        "preloading memory), reuse the provider's prefix cache, call the model, append its "
-        "answer and ingest: 201 with the model's content and content-free accounting; 200 "
-        "when the same `invocation_id` and request already completed (the stored answer). "
-        "409 `invocation_conflict` (the id was used for another request), "
-        "`invocation_in_progress`, `invocation_failed`. Provider failures: 429 "
-        "`provider_rate_limited` (Retry-After), 504 `provider_timeout`, 503 "
-        "`provider_unavailable`, 502 `provider_rejected` / `provider_auth_failed` / "
-        "`provider_bad_response`; the input stays stored.",
-        request={JSON: ref("InvocationRequest")},
-        responses={201: ref("Invocation"), 200: ref("Invocation")},
-    )
-    def post(self, request, app, user, sid):
-        parsed = invocations.parse_request(request.data)
-        session = self.session_or_404(sid)
-        body, ran = invocations.run(self.tenant, user, session, parsed)
-        return Response(body, status=status.HTTP_201_CREATED if ran else status.HTTP_200_OK)
 
 
 class ToolTokenListView(SessionsScopedView):

@@ -1,4 +1,4 @@
-"""Sessions, events, user state and the context builder over REST (thin: services decide)."""
+"""Sessions, events and user state over REST (thin: services decide)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
-from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
+from ctxadmin.models import SCOPE_SESSIONS
 from ctxadmin.pruning import echoed
 from sessions_app import history, selectors, services
 from sessions_app import state as scopes
-from sessions_app.context.build import build_context, parse_request
 from sessions_app.events import CONTENT_TYPES, EventError, iso_timestamp, parse_timestamp
 from sessions_app.models import Event, Session
 
@@ -310,27 +309,6 @@ class EventListView(SessionsScopedView):
             },
             status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
         )
-
-
-class ContextView(SessionsScopedView):
-    """Build the bounded, secret-free request for the next model call."""
-
-    @extend_schema(
-        operation_id="context_build",
-        request={JSON: ref("ContextRequest")},
-        responses={200: ref("ContextResponse")},
-    )
-    def post(self, request, app, user, sid):
-        context_request = parse_request(request.data)  # before any event is read
-        if context_request.memory is not None and not request.auth.has_scope(SCOPE_MEMORY):
-            raise ServiceError(
-                "permission_denied",
-                "Memory retrieval needs an API key with the 'memory' scope.",
-                status_code=403,
-            )
-        session = self.session_or_404(sid)
-        built = build_context(session, context_request)
-        return HttpResponse(built.response_json(), content_type="application/json")
 
 
 class UserStateView(SessionsScopedView):

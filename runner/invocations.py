@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError
@@ -30,39 +28,20 @@ from django.utils import timezone
 
 from caching import keys as cache_keys
 from caching import registry as cache_registry
-from ctxadmin.api.paths import path_segment_error
-from ctxadmin.canonical import fingerprint
-from ctxadmin.errors import ServiceError, invalid, strict_object
+from ctxadmin.errors import ServiceError
 from ctxadmin.models import App
-from ctxadmin.providers.base import ProviderError, UnknownConnection, get_connection
-from sessions_app import fake_model, services
+from ctxadmin.providers import generate as provider_generate
+from ctxadmin.providers.base import ProviderError, get_connection
+from memory import outbox
+from runner import context, fake_model
+from runner.inputs import InvocationRequest
+from sessions_app import services
 from sessions_app.compaction import policies, requests
-from sessions_app.context import build as context_build
-from sessions_app.events import EventError, validate_content
-from sessions_app.models import Checkpoint, Invocation, Session
+from sessions_app.models import Checkpoint, Event, Invocation, Session
 
 logger = logging.getLogger("ctxadmin.invocations")
 
-REQUEST_KEYS = frozenset(
-    {
-        "invocation_id",
-        "input",
-        "agent",
-        "context_policy",
-        "memory_retrieval",
-        "cache",
-        "ingestion",
-        "deadline_ms",
-    }
-)
-AGENT_KEYS = frozenset(
-    {"provider", "model", "instructions", "declarations", "generation_config", "name"}
-)
-CACHE_KEYS = frozenset({"ttl_ms", "min_prefix_tokens"})
-INGESTION_MODES = ("off", "on_success", "durable")
-DEFAULT_DEADLINE_MS = 60_000
-MAX_DEADLINE_MS = 600_000
-DEFAULT_CACHE_TTL_MS = 3_600_000
+
 _PROVIDER_STATUS = {
     "provider_rate_limited": 429,
     "provider_timeout": 504,
@@ -72,134 +51,6 @@ _PROVIDER_STATUS = {
     "provider_bad_response": 502,
     "provider_output_too_large": 502,
 }
-
-
-@dataclass(frozen=True)
-class Agent:
-    provider: str
-    model: str
-    name: str
-    instructions: str | None
-    declarations: list[dict]
-    generation_config: dict | None
-
-
-@dataclass(frozen=True)
-class InvocationRequest:
-    invocation_id: str
-    input: dict
-    agent: Agent
-    context: context_build.ContextRequest
-    cache_ttl_ms: int | None  # None: off
-    cache_min_tokens: int
-    ingestion: str
-    deadline_ms: int
-    fingerprint: str
-
-
-def _agent(value: Any) -> Agent:
-    value = strict_object(value, AGENT_KEYS) if value is not None else {}
-    provider = value.get("provider")
-    if not isinstance(provider, str) or not provider:
-        raise invalid("agent.provider", "is required: a connection name or fake")
-    if provider != "fake":
-        try:
-            get_connection(provider)
-        except UnknownConnection:
-            raise invalid(
-                "agent.provider", "names no connection in CTXADMIN_PROVIDERS (or use fake)"
-            ) from None
-    model = value.get("model")
-    if not isinstance(model, str) or not model.strip() or len(model) > 128:
-        raise invalid("agent.model", "must be a model name of at most 128 characters")
-    name = value.get("name", "model")
-    if not isinstance(name, str) or not 1 <= len(name) <= 128 or name == "user":
-        raise invalid("agent.name", "must be an author name (1-128 characters, not user)")
-    declarations = value.get("declarations", [])
-    if not isinstance(declarations, list) or not all(
-        isinstance(d, dict) and isinstance(d.get("name"), str) for d in declarations
-    ):
-        raise invalid("agent.declarations", "must be a list of {name, description?, parameters?}")
-    return Agent(
-        provider=provider,
-        model=model,
-        name=name,
-        instructions=value.get("instructions"),
-        declarations=declarations,
-        generation_config=value.get("generation_config"),
-    )
-
-
-def parse_request(body: Any) -> InvocationRequest:
-    """Everything is validated before anything is written."""
-    strict_object(body, REQUEST_KEYS)
-    invocation_id = body.get("invocation_id")
-    if not isinstance(invocation_id, str) or path_segment_error("sid", invocation_id):
-        raise invalid("invocation_id", "is required: 1-128 characters from A-Z a-z 0-9 . _ : @ -")
-    if "input" not in body:
-        raise invalid("input", "is required")
-    try:
-        content = validate_content(body["input"], "input", services.event_limits())
-    except EventError as exc:
-        raise invalid(exc.path, exc.message) from None
-    if content.get("role", "user") != "user":
-        raise invalid("input.role", "must be user")
-    agent = _agent(body.get("agent"))
-    memory = body.get("memory_retrieval")
-    if memory is not None:
-        memory = dict(strict_object(memory, context_build.MEMORY_KEYS - {"query"}))
-        memory.setdefault("query", _text(content) or " ")
-    context = context_build.parse_request(
-        {
-            "current_input": body["input"],
-            "instructions": agent.instructions,
-            "generation_config": agent.generation_config,
-            "tools": agent.declarations or None,
-            "policy": body.get("context_policy"),
-            **({"memory": memory} if memory is not None else {}),
-        }
-    )
-    cache = body.get("cache", {})
-    ttl_ms: int | None = None
-    min_tokens = 0
-    if cache not in (None, "off", False):
-        cache = strict_object(cache, CACHE_KEYS)
-        ttl_ms = cache.get("ttl_ms", DEFAULT_CACHE_TTL_MS)
-        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1000:
-            raise invalid("cache.ttl_ms", "must be an integer >= 1000")
-        if ttl_ms > settings.CTXADMIN_CACHE_MAX_TTL_MS:
-            raise invalid("cache.ttl_ms", f"must be at most {settings.CTXADMIN_CACHE_MAX_TTL_MS}")
-        min_tokens = cache.get("min_prefix_tokens", 1024)
-        if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 0:
-            raise invalid("cache.min_prefix_tokens", "must be an integer >= 0")
-    ingestion = body.get("ingestion", "off")
-    if ingestion not in INGESTION_MODES:
-        raise invalid("ingestion", f"must be one of {list(INGESTION_MODES)}")
-    deadline_ms = body.get("deadline_ms", DEFAULT_DEADLINE_MS)
-    if (
-        isinstance(deadline_ms, bool)
-        or not isinstance(deadline_ms, int)
-        or not (1 <= deadline_ms <= MAX_DEADLINE_MS)
-    ):
-        raise invalid("deadline_ms", f"must be an integer from 1 to {MAX_DEADLINE_MS}")
-    return InvocationRequest(
-        invocation_id=invocation_id,
-        input=content,
-        agent=agent,
-        context=context,
-        cache_ttl_ms=ttl_ms,
-        cache_min_tokens=min_tokens,
-        ingestion=ingestion,
-        deadline_ms=deadline_ms,
-        fingerprint=fingerprint({k: v for k, v in body.items() if k != "deadline_ms"}),
-    )
-
-
-def _text(content: dict) -> str:
-    return " ".join(p["text"] for p in content.get("parts", []) if isinstance(p.get("text"), str))
-
-
-# --------------------------------------------------------------------------- running
 
 
 def run(app: App, user_id: str, session: Session, request: InvocationRequest) -> tuple[dict, bool]:
@@ -349,7 +200,7 @@ def _finish(row: Invocation, started: float, status: str, code: str) -> None:
 
 def _context(session: Session, request: InvocationRequest, deadline: float):
     """The built context, the provider contents and the history items they came from."""
-    built = context_build.build_context(session, request.context)
+    built = context.build_context(session, request.context)
     policy, _source = policies.effective_policy(session)
     total = built.accounting["tokens"]["total"]
     if (
@@ -362,7 +213,7 @@ def _context(session: Session, request: InvocationRequest, deadline: float):
             session, current_input_tokens=built.accounting["tokens"]["current_input"]
         )
         if checkpoint is not None and checkpoint.status == Checkpoint.ACTIVE:
-            built = context_build.build_context(session, request.context)
+            built = context.build_context(session, request.context)
             built.accounting["compaction_id"] = str(checkpoint.compaction_id)
     envelope = json.loads(built.envelope_json)
     history = [item for item in envelope["history"] if item.get("content")]
@@ -459,16 +310,12 @@ def _call_model(request, contents, cached_content, cached_tokens, deadline):
     }
     if agent.provider == "fake":
         return fake_model.generate(**arguments, cached_tokens=cached_tokens)
-    from ctxadmin.providers.generate import generate
-
-    return generate(get_connection(agent.provider), **arguments)
+    return provider_generate.generate(get_connection(agent.provider), **arguments)
 
 
 def _ingest(app: App, user_id: str, session: Session, mode: str) -> dict:
     if mode == "off":
         return {"mode": "off"}
-    from memory import outbox
-
     if mode == "on_success":
         admission = outbox.admit_on_success(app, user_id, session.session_id)
     else:
@@ -528,8 +375,6 @@ def _replay(session: Session, request: InvocationRequest) -> dict:
             status_code=409,
             details={"invocation_id": request.invocation_id, "error_code": row.error_code},
         )
-    from sessions_app.models import Event
-
     parts: list = []
     for content in Event.objects.filter(
         session=session, event_id__in=row.output_event_ids

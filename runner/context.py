@@ -8,133 +8,29 @@ import logging
 import time
 from dataclasses import dataclass
 from itertools import starmap
-from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
-from ctxadmin.canonical import canonical_json, canonical_size
-from ctxadmin.errors import ServiceError, strict_object
-from ctxadmin.pruning import echoed
+from ctxadmin.canonical import canonical_json
+from ctxadmin.errors import ServiceError
+from memory import render
+from memory import services as memory_services
+from runner.inputs import ContextRequest, MemoryRetrieval
 from sessions_app import history, telemetry
 from sessions_app.compaction import requests
 from sessions_app.context import envelope as env
-from sessions_app.context.policy import ContextPolicy, PolicyError, parse_policy
+from sessions_app.context.policy import ContextPolicy
 from sessions_app.context.select import EventMeta, Overflow, select_history
 from sessions_app.events import (
     COMPACTION,
     MODEL_CONTENT,
     TEXT,
-    EventError,
     estimate_tokens,
-    validate_content,
 )
 from sessions_app.models import Session
-from sessions_app.services import event_limits, invalid
 
 logger = logging.getLogger("ctxadmin.context")
-
-REQUEST_KEYS = frozenset(
-    {"current_input", "instructions", "generation_config", "tools", "policy", "memory"}
-)
-MEMORY_KEYS = frozenset(
-    {"query", "mode", "limit", "filter", "max_hit_bytes", "max_total_bytes", "on_error"}
-)
-MAX_MEMORY_HIT_BYTES = 64 * 1024
-MAX_MEMORY_TOTAL_BYTES = 1024 * 1024
-MAX_INSTRUCTIONS_BYTES = 1024 * 1024
-MAX_GENERATION_CONFIG_BYTES = 64 * 1024
-MAX_TOOLS = 512
-MAX_TOOLS_BYTES = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class ContextRequest:
-    current_input: dict
-    instructions: str | None
-    generation_config: dict | None
-    tools: list | None
-    policy: ContextPolicy
-    memory: MemoryRetrieval | None = None
-
-
-@dataclass(frozen=True)
-class MemoryRetrieval:
-    """Memory hits for the envelope's memory slot, rendered as untrusted reference data."""
-
-    search: Any  # memory.services.SearchRequest
-    max_hit_bytes: int
-    max_total_bytes: int
-    on_error: str  # error | omit
-
-
-def _memory_retrieval(value: Any) -> MemoryRetrieval:
-    from memory import services as memory_services
-
-    if not isinstance(value, dict):
-        raise invalid("memory", "must be an object")
-    unknown = sorted(set(value) - MEMORY_KEYS)
-    if unknown:
-        raise invalid(f"memory.{echoed(unknown[0])}", "unknown field")
-    budgets = {}
-    for name, default, limit in (
-        ("max_hit_bytes", 2048, MAX_MEMORY_HIT_BYTES),
-        ("max_total_bytes", 8192, MAX_MEMORY_TOTAL_BYTES),
-    ):
-        number = value.get(name, default)
-        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= limit:
-            raise invalid(f"memory.{name}", f"must be an integer from 1 to {limit}")
-        budgets[name] = number
-    on_error = value.get("on_error", "error")
-    if on_error not in ("error", "omit"):
-        raise invalid("memory.on_error", "must be error or omit")
-    search_body = {k: v for k, v in value.items() if k in {"query", "mode", "limit", "filter"}}
-    search_body.setdefault("limit", 5)
-    try:
-        search = memory_services.parse_search(search_body)
-    except ServiceError as exc:
-        field = exc.details.get("field", "")
-        raise invalid(f"memory.{field}", str(exc.detail).split(": ", 1)[-1]) from None
-    return MemoryRetrieval(search, budgets["max_hit_bytes"], budgets["max_total_bytes"], on_error)
-
-
-def parse_request(body: Any) -> ContextRequest:
-    """Everything is validated before any event is read."""
-    strict_object(body, REQUEST_KEYS)
-    if "current_input" not in body:
-        raise invalid("current_input", "is required")
-    try:
-        current_input = validate_content(body["current_input"], "current_input", event_limits())
-    except EventError as exc:
-        raise invalid(exc.path, exc.message) from None
-    instructions = body.get("instructions")
-    if instructions is not None:
-        if not isinstance(instructions, str):
-            raise invalid("instructions", "must be a string")
-        if len(instructions.encode()) > MAX_INSTRUCTIONS_BYTES:
-            raise invalid("instructions", f"must be at most {MAX_INSTRUCTIONS_BYTES} bytes")
-    config = body.get("generation_config")
-    if config is not None:
-        if not isinstance(config, dict):
-            raise invalid("generation_config", "must be an object")
-        if canonical_size(config) > MAX_GENERATION_CONFIG_BYTES:
-            raise invalid(
-                "generation_config", f"must be at most {MAX_GENERATION_CONFIG_BYTES} bytes"
-            )
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
-            raise invalid("tools", "must be a list of objects (tool declarations)")
-        if len(tools) > MAX_TOOLS or canonical_size(tools) > MAX_TOOLS_BYTES:
-            raise invalid(
-                "tools", f"must be at most {MAX_TOOLS} declarations and {MAX_TOOLS_BYTES} bytes"
-            )
-    try:
-        policy = parse_policy(body.get("policy"))
-    except PolicyError as exc:
-        raise invalid(exc.path, exc.message) from None
-    memory = _memory_retrieval(body["memory"]) if body.get("memory") is not None else None
-    return ContextRequest(current_input, instructions, config, tools, policy, memory)
 
 
 def _memory_items(session: Session, retrieval: MemoryRetrieval | None) -> list[dict]:
@@ -143,9 +39,6 @@ def _memory_items(session: Session, retrieval: MemoryRetrieval | None) -> list[d
     fails (the accounting says so); ``error`` fails the build."""
     if retrieval is None:
         return []
-    from memory import render
-    from memory import services as memory_services
-
     try:
         hits = memory_services.search(session.app, session.user_id, retrieval.search)
     except ServiceError:
