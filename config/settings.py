@@ -282,6 +282,7 @@ INSTALLED_APPS = [
     "caching.apps.CachingConfig",
     "artifacts.apps.ArtifactsConfig",
     "runner.apps.RunnerConfig",
+    "console.apps.ConsoleConfig",
 ]
 
 MIDDLEWARE = [
@@ -302,7 +303,9 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # The console's admin overrides: a template directory comes before the apps' own,
+        # where django.contrib.admin (listed first) would win.
+        "DIRS": [BASE_DIR / "console" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -2,9 +2,9 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from console.dashboard import views as dashboard
 from ctxadmin import health
 from ctxadmin.api.errors import error_response
-from ctxadmin.dashboard import views as dashboard
 
 # Every app's endpoints, under one namespace ("api:<name>").
 api_patterns = [
@@ -18,7 +18,7 @@ api_patterns = [
 
 urlpatterns = [
     path("api/v1/", include((api_patterns, "api"))),
-    path("dev/v1/", include("ctxadmin.diagnostics.urls")),
+    path("dev/v1/", include("console.diagnostics.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health.healthz, name="healthz"),

@@ -14,8 +14,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from console.diagnostics.cli import app_named, dumps, run
 from ctxadmin.batches import in_batches
-from ctxadmin.diagnostics.cli import app_named, dumps, run
 from ctxadmin.errors import not_found, uuid_or_404
 from ctxadmin.models import App
 from memory import outbox

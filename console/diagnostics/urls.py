@@ -1,6 +1,6 @@
 from django.urls import path
 
-from ctxadmin.diagnostics import views
+from console.diagnostics import views
 
 app_name = "diagnostics"
 

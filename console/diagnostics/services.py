@@ -33,7 +33,7 @@ from sessions_app.context.policy import ContextPolicy
 from sessions_app.events import iso_timestamp
 from sessions_app.models import Checkpoint, Session
 
-logger = logging.getLogger("ctxadmin.diagnostics")
+logger = logging.getLogger("console.diagnostics")
 
 #: The diagnostic policy's history cap when none is given (never above the deployment's
 #: ``CTXADMIN_MAX_CONTEXT_BYTES``).

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ctxadmin.diagnostics import services
-from ctxadmin.diagnostics.cli import app_named, dumps, run
+from console.diagnostics import services
+from console.diagnostics.cli import app_named, dumps, run
 
 
 class Command(BaseCommand):

@@ -7,9 +7,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from console.diagnostics import services
+from console.diagnostics.cli import CLI_ACTOR, app_named, dumps, run
 from ctxadmin.api.jsonsafe import JsonInputError, loads_strict
-from ctxadmin.diagnostics import services
-from ctxadmin.diagnostics.cli import CLI_ACTOR, app_named, dumps, run
 from ctxadmin.errors import ServiceError
 
 

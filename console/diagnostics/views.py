@@ -16,10 +16,10 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.diagnostics import services
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.auth import ApiKeyAuthentication
-from ctxadmin.diagnostics import services
 from ctxadmin.errors import ServiceError
 from ctxadmin.models import SCOPE_CACHE, SCOPE_DIAGNOSTICS, SCOPE_MEMORY, App
 from ctxadmin.pruning import MAX_ECHOED, echoed

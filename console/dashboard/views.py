@@ -11,8 +11,8 @@ from django.http import JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from ctxadmin.dashboard import selectors
-from ctxadmin.dashboard.charts import Series, bar_list, column_chart, number
+from console.dashboard import selectors
+from console.dashboard.charts import Series, bar_list, column_chart, number
 
 REFRESH_SECONDS = 15
 
