@@ -245,7 +245,8 @@ if CTXADMIN_EMBEDDER not in ("hashing", "local", "openai_compatible", "gemini"):
     )
 if not re.fullmatch(r"[a-z_]{1,63}", CTXADMIN_MEMORY_TS_CONFIG):
     raise ImproperlyConfigured("CTXADMIN_MEMORY_TS_CONFIG must name a text search configuration")
-# Artifacts (artifacts/): one version's bytes, versions kept per name, one version's metadata.
+# Artifacts (sessions_app/artifacts/): one version's bytes, versions kept per name, one
+# version's metadata.
 CTXADMIN_ARTIFACT_MAX_BYTES = env.int(
     "CTXADMIN_ARTIFACT_MAX_BYTES", 8 * 1024 * 1024, minimum=1, maximum=512 * 1024 * 1024
 )
@@ -280,7 +281,7 @@ INSTALLED_APPS = [
     "sessions_app.apps.SessionsAppConfig",
     "memory.apps.MemoryConfig",
     "caching.apps.CachingConfig",
-    "artifacts.apps.ArtifactsConfig",
+    "sessions_app.artifacts.apps.ArtifactsConfig",
     "runner.apps.RunnerConfig",
     "console.apps.ConsoleConfig",
 ]
@@ -376,7 +377,7 @@ SPECTACULAR_SETTINGS = {
         "sessions_app.api.schemas.add_components",
         "memory.api.schemas.add_components",
         "caching.api.schemas.add_components",
-        "artifacts.api.schemas.add_components",
+        "sessions_app.artifacts.api.schemas.add_components",
     ],
     "DISABLE_ERRORS_AND_WARNINGS": False,
     # Swagger UI's assets ship with the project (no CDN).

@@ -13,7 +13,7 @@ api_patterns = [
     path("", include("runner.api.urls")),
     path("", include("memory.api.urls")),
     path("", include("caching.api.urls")),
-    path("", include("artifacts.api.urls")),
+    path("", include("sessions_app.artifacts.api.urls")),
 ]
 
 urlpatterns = [

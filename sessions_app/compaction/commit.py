@@ -13,9 +13,9 @@ import time
 from django.db import connection, transaction
 from django.utils import timezone
 
-from artifacts import services as artifacts
 from ctxadmin.canonical import canonical_json, canonical_size, fingerprint
 from sessions_app import store
+from sessions_app.artifacts import services as artifacts
 from sessions_app.compaction import model, projection
 from sessions_app.compaction.policy import CompactionPolicy
 from sessions_app.events import COMPACTION, Derived

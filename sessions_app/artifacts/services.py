@@ -18,10 +18,10 @@ from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 
-from artifacts import rules, storage
-from artifacts.models import ArtifactHead, ArtifactVersion
 from ctxadmin.errors import ServiceError, not_found
 from ctxadmin.models import App
+from sessions_app.artifacts import rules, storage
+from sessions_app.artifacts.models import ArtifactHead, ArtifactVersion
 from sessions_app.events import iso_timestamp
 from sessions_app.models import Session
 

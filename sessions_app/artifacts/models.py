@@ -16,8 +16,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from artifacts.rules import SESSION_SCOPE, USER_SCOPE
 from ctxadmin.models import App
+from sessions_app.artifacts.rules import SESSION_SCOPE, USER_SCOPE
 from sessions_app.models import Session
 
 DATABASE_STORAGE = "database"

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from artifacts.api import views
+from sessions_app.artifacts.api import views
 
 base = "apps/<str:app>/users/<str:user>/sessions/<str:sid>/artifacts"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from artifacts.models import ArtifactHead, ArtifactVersion
 from ctxadmin.admin import ReadOnlyAdmin
+from sessions_app.artifacts.models import ArtifactHead, ArtifactVersion
 
 
 @admin.register(ArtifactHead)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from artifacts.models import DATABASE_STORAGE, ArtifactVersion
+from sessions_app.artifacts.models import DATABASE_STORAGE, ArtifactVersion
 
 
 class ArtifactStorage(Protocol):

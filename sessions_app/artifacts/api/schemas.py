@@ -3,8 +3,8 @@ responses in ``tests/test_artifacts.py``)."""
 
 from __future__ import annotations
 
-from artifacts.rules import MAX_MIME_LENGTH, MIME_PATTERN
 from ctxadmin.api.paths import ARTIFACT_NAME_PATTERN
+from sessions_app.artifacts.rules import MAX_MIME_LENGTH, MIME_PATTERN
 
 
 def _strict(properties: dict, required: list[str] | None = None) -> dict:

@@ -11,14 +11,16 @@ from rest_framework import status
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 
-from artifacts import rules, services
-from artifacts.models import ArtifactHead
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
-from ctxadmin.errors import ServiceError
+from ctxadmin.errors import ServiceError, strict_object
 from ctxadmin.models import SCOPE_SESSIONS
+from sessions_app import services as session_services
+from sessions_app.artifacts import rules, services
+from sessions_app.artifacts.models import ArtifactHead
 from sessions_app.events import iso_timestamp
+from sessions_app.models import ToolToken
 
 JSON = "application/json"
 BINARY = {"type": "string", "format": "binary"}
@@ -215,10 +217,6 @@ class ArtifactAttachView(ArtifactsScopedView):
         responses={201: ref("ArtifactAttached")},
     )
     def post(self, request, app, user, sid, name):
-        from ctxadmin.errors import strict_object
-        from sessions_app import services as session_services
-        from sessions_app.models import ToolToken
-
         body = strict_object(request.data or {}, {"version", "author"})
         version = body.get("version")
         if version is not None and (
