@@ -51,7 +51,9 @@ from urllib.parse import urlsplit
 import psutil
 import psycopg
 
-from bench.sections import splice
+from bench.machine import machine, postgres_version
+from bench.sections import REPORT, splice
+from bench.service import bench_service
 from ctxadmin import stack
 from ctxadmin.testing.service import ServiceProcess
 
@@ -1347,8 +1349,6 @@ def web_worker_kill(service: ServiceProcess, key: str, app: str) -> dict:
 def start_service(var: Path) -> tuple[ServiceProcess, dict]:
     """The stack in ``var`` (emptied first) with a Redis of its own beside it;
     ``redis["server"]`` is that Redis (a fault replaces it)."""
-    from bench.__main__ import bench_service
-
     server = stack.LocalRedis(var.parent / f"{var.name}-redis")
     url = server.start()
     try:
@@ -1687,8 +1687,6 @@ def _fault_notes(results: dict) -> list[str]:
 def run_section(command: str) -> list[str]:
     """Start the service, measure, stop it, splice the section into ``BENCHMARKS.md``; the
     targets not met."""
-    from bench.__main__ import REPORT, machine, postgres_version
-
     service, redis = start_service(stack.var_dir() / "load")
     try:
         results = measure(service, redis)

@@ -58,6 +58,8 @@ import psycopg
 from psycopg import sql
 
 from bench import locomo
+from bench.service import bench_client, bench_service, stop_service
+from bench.timing import percentiles
 
 KS = (5, 10, 25)
 DEPTH = max(KS)
@@ -292,7 +294,6 @@ def service_rankings(api, prepared: list[dict]) -> tuple[list[dict], dict[str, l
 def local_service_rankings(prepared: list[dict]) -> tuple[list[dict], dict[str, list]]:
     """``service_rankings`` on a second service started with ``CTXADMIN_EMBEDDER=local``
     (the embedder is a setting of the whole process), in its own ``var`` folder."""
-    from bench.__main__ import bench_client, bench_service
     from ctxadmin import stack
 
     var = stack.var_dir() / "bench-memory-local"
@@ -302,9 +303,7 @@ def local_service_rankings(prepared: list[dict]) -> tuple[list[dict], dict[str, 
         api = bench_client(service, "bench-memory-local", "memory")
         return service_rankings(api, prepared)
     finally:
-        _code, alive = service.stop()
-        for process in alive:
-            process.kill()
+        stop_service(service)
 
 
 def default_fusion_weight(model: str | None) -> float | None:
@@ -605,8 +604,6 @@ def server_ms(log, offset: int, app_id: int, mode: str, count: int) -> list[floa
 def latency(api, user: str, queries: list[str], log=None, app_id: int | None = None) -> dict:
     """Client-side p50/p95 through the API per mode; with the service's ``log``, also its
     own time for each search (``server``)."""
-    from bench.__main__ import percentiles
-
     url = f"{memories_url(api, user)}/search"
     figures = {}
     for mode in MODES:
@@ -770,8 +767,6 @@ def hnsw_recall(api, database_url: str, app_id: int, user: str, queries: list[st
     """The API's vector search against exact search in the scope (no index scans), for the
     generated queries and for words of the scope's own entries; and the service's query in
     SQL at other ``hnsw.ef_search`` values (the API's, for limit 10: ``api_ef_search``)."""
-    from bench.__main__ import percentiles
-
     vectors = [vector_text(query) for query in queries]
     exact = _exact(database_url, app_id, user, vectors)
     results = {"generated": _api_against_exact(api, user, queries, exact)}
@@ -1325,7 +1320,6 @@ def report(results: dict) -> str:
 
 
 def main() -> None:
-    from bench.__main__ import bench_client, bench_service
     from ctxadmin import stack
 
     parser = argparse.ArgumentParser(description="ctxadmin memory search benchmark")
@@ -1357,9 +1351,7 @@ def main() -> None:
             skip_langgraph=args.skip_langgraph,
         )
     finally:
-        _code, alive = service.stop()
-        for process in alive:
-            process.kill()
+        stop_service(service)
     print(json.dumps(results, indent=2))
     print(report(results))
 

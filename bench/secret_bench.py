@@ -22,7 +22,8 @@ import time
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from bench.sections import splice
+from bench.machine import machine
+from bench.sections import REPORT, splice
 from bench.workload import conversation
 
 SECTION = "## Secret detection"
@@ -360,8 +361,6 @@ would make a backtracking pattern quadratic), detection and redaction, take at m
 
 
 def run_section(command: str = ".venv/bin/python -m bench.secret_bench") -> dict:
-    from bench.__main__ import REPORT, machine
-
     results = measure()
     box = machine()
     stamp = (
