@@ -48,6 +48,7 @@ from bench.memory_search.recall import locomo_recall
 from bench.memory_search.report import report
 from bench.memory_search.scale import scale
 from bench.service import bench_client, bench_service, stop_service
+from ctxadmin import stack
 
 
 def measure(
@@ -80,8 +81,6 @@ def measure(
 
 
 def main() -> None:
-    from ctxadmin import stack
-
     parser = argparse.ArgumentParser(description="ctxadmin memory search benchmark")
     parser.add_argument("--big", type=int, default=100_000)
     parser.add_argument("--small", type=int, default=10_000)

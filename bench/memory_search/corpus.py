@@ -26,6 +26,7 @@ from bench.memory_search.plan import (
     VOCABULARY,
 )
 from bench.memory_search.recall import turns
+from memory.embeddings import HashingEmbedder
 
 
 def vocabulary(rng: random.Random) -> tuple[list[str], list[float]]:
@@ -65,8 +66,6 @@ class Words:
 
 @lru_cache(maxsize=1)
 def hashing_embedder():
-    from memory.embeddings import HashingEmbedder
-
     return HashingEmbedder(DIMENSION)
 
 

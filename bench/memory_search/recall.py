@@ -11,6 +11,8 @@ import shutil
 import statistics
 import time
 
+from django.core.exceptions import ImproperlyConfigured
+
 from bench import locomo
 from bench.memory_search.plan import (
     DEPTH,
@@ -23,6 +25,8 @@ from bench.memory_search.plan import (
     memories_url,
 )
 from bench.service import bench_client, bench_service, stop_service
+from ctxadmin import stack
+from memory.embeddings import HashingEmbedder, LocalEmbedder, embed_all
 
 
 def turns(sample: dict) -> list[dict]:
@@ -104,6 +108,7 @@ def bm25_rankings(
     """BM25 (bm25s defaults: Lucene, k1 = 1.5, b = 0.75; English stopwords, Snowball
     stemmer) over the turns, ``depth`` deep; documents scoring 0 (no query term) are not
     retrieved."""
+    # bm25s and PyStemmer: bench extras, imported only when the BM25 baseline runs.
     import bm25s
     import Stemmer
 
@@ -136,9 +141,8 @@ def minilm_rankings(
     """Dense retrieval with all-MiniLM-L6-v2 in this process (the local embedder, the same
     model and vectors as the service's ``local``): the turns by cosine similarity to each
     text, ``depth`` deep."""
+    # numpy: of the local extra, imported only when the MiniLM baseline runs.
     import numpy as np
-
-    from memory.embeddings import embed_all
 
     deadline = time.monotonic() + 3600
     corpus = np.array(
@@ -219,8 +223,6 @@ def service_rankings(api, prepared: list[dict]) -> tuple[list[dict], dict[str, l
 def local_service_rankings(prepared: list[dict]) -> tuple[list[dict], dict[str, list]]:
     """``service_rankings`` on a second service started with ``CTXADMIN_EMBEDDER=local``
     (the embedder is a setting of the whole process), in its own ``var`` folder."""
-    from ctxadmin import stack
-
     var = stack.var_dir() / "bench-memory-local"
     shutil.rmtree(var, ignore_errors=True)
     service = bench_service(var, extra_env={"CTXADMIN_EMBEDDER": "local"})
@@ -233,8 +235,6 @@ def local_service_rankings(prepared: list[dict]) -> tuple[list[dict], dict[str, 
 
 def default_fusion_weight(model: str | None) -> float | None:
     """The vector weight the service's hybrid search gives the embedder named ``model``."""
-    from memory.embeddings import HashingEmbedder, LocalEmbedder
-
     if model and model.startswith("hashing"):
         return HashingEmbedder.fusion_weight
     if model == LocalEmbedder.name:
@@ -257,10 +257,6 @@ def locomo_recall(api, *, local: bool = True) -> dict:
     ]
     local_info: dict = {}
     if local:
-        from django.core.exceptions import ImproperlyConfigured
-
-        from memory.embeddings import LocalEmbedder
-
         try:
             embedder = LocalEmbedder()
         except ImproperlyConfigured as exc:

@@ -12,6 +12,7 @@ import time
 import psycopg
 from psycopg import sql
 
+from bench import langgraph_peer
 from bench.memory_search.corpus import (
     Words,
     bulk_load,
@@ -269,8 +270,6 @@ def scale(
     plan = [(user, small)] + [(f"scale-other-{i}", small) for i in range(others)]
     peer = None
     if langgraph:
-        from bench import langgraph_peer
-
         peer = langgraph_peer.Peer(database_url, app_id)
     try:
         for size in dict.fromkeys((small, big)):  # in order, once each
