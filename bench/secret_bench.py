@@ -22,8 +22,13 @@ import time
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from bench.sections import splice
+import django
+
+from bench.machine import machine
+from bench.sections import REPORT, splice
 from bench.workload import conversation
+from ctxadmin import credentials, pruning
+from ctxadmin.pruning import is_secret_key, looks_like_secret, prune_secrets, redact_secret_text
 
 SECTION = "## Secret detection"
 ROUNDS = 7
@@ -156,15 +161,12 @@ def per_item(call, items: list, rounds: int = ROUNDS) -> float:
 
 def _django():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
     django.setup()
 
 
 def measure() -> dict:
     _django()
-    from ctxadmin import credentials, pruning
-    from ctxadmin.pruning import is_secret_key, looks_like_secret, prune_secrets, redact_secret_text
+    # After django.setup(): these modules import the memory app's models.
     from memory import outbox, services
 
     data = corpus()
@@ -360,8 +362,6 @@ would make a backtracking pattern quadratic), detection and redaction, take at m
 
 
 def run_section(command: str = ".venv/bin/python -m bench.secret_bench") -> dict:
-    from bench.__main__ import REPORT, machine
-
     results = measure()
     box = machine()
     stamp = (

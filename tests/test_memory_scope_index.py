@@ -461,7 +461,7 @@ def test_a_vector_searchs_scan_settings_end_with_its_statement(
 def test_the_benchmark_holds_the_maintainers_lock_and_knows_the_candidate_lists(settings):
     """The memory benchmark speaks SQL without Django: its copies of the maintainer's lock
     key and of the service's ef_search rule are the service's."""
-    from bench import memory_bench
+    from bench.memory_search import plan as memory_bench
 
     assert memory_bench.MAINTAINER_LOCK == scope_index.LOCK_KEY
     assert settings.CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH == memory_bench.API_EF_SEARCH
