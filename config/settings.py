@@ -375,6 +375,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "ctxadmin.api.schema.add_error_envelope",
         "sessions_app.api.schemas.add_components",
+        "runner.api.schemas.add_components",
         "memory.api.schemas.add_components",
         "caching.api.schemas.add_components",
         "sessions_app.artifacts.api.schemas.add_components",

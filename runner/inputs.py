@@ -32,20 +32,12 @@ MEMORY_KEYS = frozenset(
 
 
 MAX_MEMORY_HIT_BYTES = 64 * 1024
-
-
+#: What a failed memory search does to the build: fail it, or build without memory.
+MEMORY_ON_ERROR = ("error", "omit")
 MAX_MEMORY_TOTAL_BYTES = 1024 * 1024
-
-
 MAX_INSTRUCTIONS_BYTES = 1024 * 1024
-
-
 MAX_GENERATION_CONFIG_BYTES = 64 * 1024
-
-
 MAX_TOOLS = 512
-
-
 MAX_TOOLS_BYTES = 1024 * 1024
 
 
@@ -85,7 +77,7 @@ def memory_retrieval(value: Any) -> MemoryRetrieval:
             raise invalid(f"memory.{name}", f"must be an integer from 1 to {limit}")
         budgets[name] = number
     on_error = value.get("on_error", "error")
-    if on_error not in ("error", "omit"):
+    if on_error not in MEMORY_ON_ERROR:
         raise invalid("memory.on_error", "must be error or omit")
     search_body = {k: v for k, v in value.items() if k in {"query", "mode", "limit", "filter"}}
     search_body.setdefault("limit", 5)
@@ -156,18 +148,11 @@ AGENT_KEYS = frozenset(
 
 
 CACHE_KEYS = frozenset({"ttl_ms", "min_prefix_tokens"})
-
-
 INGESTION_MODES = ("off", "on_success", "durable")
-
-
 DEFAULT_DEADLINE_MS = 60_000
-
-
 MAX_DEADLINE_MS = 600_000
-
-
 DEFAULT_CACHE_TTL_MS = 3_600_000
+MIN_CACHE_TTL_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -261,8 +246,8 @@ def parse_invocation_request(body: Any) -> InvocationRequest:
     if cache not in (None, "off", False):
         cache = strict_object(cache, CACHE_KEYS)
         ttl_ms = cache.get("ttl_ms", DEFAULT_CACHE_TTL_MS)
-        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1000:
-            raise invalid("cache.ttl_ms", "must be an integer >= 1000")
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < MIN_CACHE_TTL_MS:
+            raise invalid("cache.ttl_ms", f"must be an integer >= {MIN_CACHE_TTL_MS}")
         if ttl_ms > settings.CTXADMIN_CACHE_MAX_TTL_MS:
             raise invalid("cache.ttl_ms", f"must be at most {settings.CTXADMIN_CACHE_MAX_TTL_MS}")
         min_tokens = cache.get("min_prefix_tokens", 1024)
