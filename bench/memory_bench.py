@@ -62,7 +62,7 @@ from bench import locomo
 KS = (5, 10, 25)
 DEPTH = max(KS)
 SWEEP = (0, 0.1, 0.2, 0.3, 0.5, 0.75)
-# What the service's hybrid search fuses (``memory.services``): the top max(50, 3 * limit)
+# What the service's hybrid search fuses (``memory.search``): the top max(50, 3 * limit)
 # of each ranking, by reciprocal rank fusion with k = 60.
 FUSION_DEPTH = max(50, 3 * DEPTH)
 RRF_K = 60
@@ -72,7 +72,7 @@ DIMENSION = 384
 TS_CONFIG = "english"
 VOCABULARY = 50_000
 HNSW_QUERIES = 50
-# The service's HNSW settings (``memory.services``): over a scope's own index, its
+# The service's HNSW settings (``memory.search``): over a scope's own index, its
 # ef_search for a limit of 10 is API_EF_SEARCH (CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH's
 # default) at 100,000 entries, scaled by the square root below (``api_ef_search``), and an
 # iterative scan may visit up to MAX_SCAN_TUPLES tuples.
@@ -460,7 +460,7 @@ def _embedder():
 
 
 def vector_text(text: str) -> str:
-    """As the service sends a vector (``memory.services.vector_text``)."""
+    """As the service sends a vector (``memory.vectors.vector_text``)."""
     return "[" + ",".join(repr(float(x)) for x in _embedder().vector(text)) + "]"
 
 
@@ -678,7 +678,7 @@ def _hnsw_top10(
     *,
     force: bool = False,
 ) -> tuple[list[set], list[float], str]:
-    """The service's vector query and settings (``memory.services._vector``: over the
+    """The service's vector query and settings (``memory.search._vector``: over the
     scope's own index when it has one, else the shared one) with another
     ``hnsw.ef_search``: the top 10 of each vector, the milliseconds each took, and the plan
     the planner chose for the first vector (``own index``, ``shared index`` or ``exact``).

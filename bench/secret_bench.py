@@ -165,7 +165,7 @@ def measure() -> dict:
     _django()
     from ctxadmin import credentials, pruning
     from ctxadmin.pruning import is_secret_key, looks_like_secret, prune_secrets, redact_secret_text
-    from memory import outbox, services
+    from memory import entries, outbox
 
     data = corpus()
     found = sum(map(looks_like_secret, data["with_credentials"]))
@@ -220,9 +220,9 @@ def measure() -> dict:
     results["memory_add"] = {}
     for name, bodies in memory_bodies.items():
         results["memory_add"][name] = _swapped(
-            services,
+            entries,
             "looks_like_secret",
-            lambda bodies=bodies: per_item(services.parse_new_memory, bodies),
+            lambda bodies=bodies: per_item(entries.parse_new_memory, bodies),
         )
     rows = [
         {

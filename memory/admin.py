@@ -9,7 +9,7 @@ from django.db.models.expressions import RawSQL
 
 from ctxadmin.admin import ReadOnlyAdmin
 from ctxadmin.content import ContentAdminMixin, render
-from memory import services
+from memory import vectors
 from memory.embeddings import embedder_from_settings
 from memory.governance import scope_fingerprint
 from memory.models import (
@@ -39,7 +39,7 @@ class EmbeddedFilter(admin.SimpleListFilter):
             return queryset.filter(embedding__isnull=self.value() == "no")
         if self.value() == "refused":
             return queryset.filter(
-                embedding__isnull=True, embed_failures__gte=services.MAX_EMBED_FAILURES
+                embedding__isnull=True, embed_failures__gte=vectors.MAX_EMBED_FAILURES
             )
         return queryset
 

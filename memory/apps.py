@@ -7,8 +7,10 @@ class MemoryConfig(AppConfig):
 
     def ready(self) -> None:
         # The outbox registers its erasure hook on import: every web and worker process
-        # must have it, so that an erasure cancels the scope's queued jobs.
-        from memory import outbox
+        # must have it, so that an erasure cancels the scope's queued jobs. The tasks
+        # register on import too: services wake them by name (``ctxadmin.wake``), so every
+        # process that publishes must know them.
+        from memory import outbox, tasks  # noqa: F401
         from sessions_app.signals import invocation_completed
 
         invocation_completed.connect(outbox.on_invocation_completed, dispatch_uid="outbox")

@@ -48,8 +48,10 @@ from ctxadmin.canonical import canonical_json, fingerprint
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uuid_or_404
 from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
-from memory import erasure, governance, ingest, services
+from memory import entries, erasure, governance, ingest
+from memory.inputs import REDACTED
 from memory.models import OutboxJob
+from memory.vectors import embedder_is_local, vector_text
 from sessions_app.events import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.outbox")
@@ -124,7 +126,7 @@ def sanitise(row: dict) -> tuple[dict, bool]:
     if looks_like_secret(text):
         text = redact_secret_text(text).strip()
         redacted = True
-        if not text.replace(services.REDACTED, "").strip() or looks_like_secret(text):
+        if not text.replace(REDACTED, "").strip() or looks_like_secret(text):
             return {**base, "skip": "secret"}, True
     if len(text.encode("utf-8")) > settings.CTXADMIN_MEMORY_MAX_CONTENT_BYTES:
         return {**base, "skip": "too_large"}, redacted
@@ -466,8 +468,7 @@ def on_invocation_completed(sender, *, app: App, user_id: str, session_id: str, 
 
 
 def _code(exc: ServiceError) -> str:
-    codes = exc.get_codes()
-    return codes if isinstance(codes, str) else "error"
+    return exc.code if isinstance(exc.code, str) else "error"
 
 
 # ----------------------------------------------------------------------------- claiming
@@ -570,10 +571,10 @@ def _embedded(items: list[dict]) -> tuple[list[str | None], str]:
     from memory import embeddings
 
     embedder = embeddings.embedder_from_settings()
-    if not services.embedder_is_local(embedder) or not items:
+    if not embedder_is_local(embedder) or not items:
         return [None] * len(items), ""
     vectors = embeddings.embed_memories(embedder, [item["text"] for item in items])
-    return [services.vector_text(v) for v in vectors], embedder.name
+    return [vector_text(v) for v in vectors], embedder.name
 
 
 def _renew(cursor, job: OutboxJob, token: str) -> None:
@@ -601,7 +602,7 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
     terms = governance.write_terms(app, user_id)
     keys = [f"session:{session_id}:{item['event_id']}" for item in items]
     governance.release_expired_keys(app, user_id, keys)
-    services.check_capacity(app, user_id, len(items))
+    entries.check_capacity(app, user_id, len(items))
     texts = [item["text"] for item in items]
     digests = [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts]
     metadata = [
@@ -650,7 +651,7 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
     if len(inserted) < len(keys):
         wanted = {k: d for k, d in zip(keys, digests, strict=True) if k not in inserted}
         cursor.execute(
-            f"SELECT idempotency_key, content_sha256, {services.LIVE} FROM memory_memoryentry "  # noqa: S608
+            f"SELECT idempotency_key, content_sha256, {entries.LIVE} FROM memory_memoryentry "  # noqa: S608
             "WHERE app_id = %s AND user_id = %s AND idempotency_key = ANY(%s)",
             [app.pk, user_id, list(wanted)],
         )

@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from ctxadmin.batches import in_batches
-from memory import governance, services
+from memory import governance, search, vectors
 
 MAX_BATCHES_PER_RUN = 50
 # Expired entries: at most this many batches of ``governance.PURGE_BATCH_SIZE`` per run.
@@ -17,7 +17,7 @@ MAX_PURGE_BATCHES_PER_RUN = 20
 def embed_pending() -> int:
     """Embed entries written without a vector, in batches, until none is left (or a bound
     per run; the beat runs it again)."""
-    return in_batches(services.embed_pending_batch, 1, MAX_BATCHES_PER_RUN)
+    return in_batches(vectors.embed_pending_batch, 1, MAX_BATCHES_PER_RUN)
 
 
 @shared_task(name="memory.purge_expired")
@@ -27,7 +27,7 @@ def purge_expired() -> int:
     purged = in_batches(
         governance.purge_expired_batch, governance.PURGE_BATCH_SIZE, MAX_PURGE_BATCHES_PER_RUN
     )
-    services.prune_search_counts()  # hourly rows past their retention: a handful at most
+    search.prune_search_counts()  # hourly rows past their retention: a handful at most
     return purged
 
 

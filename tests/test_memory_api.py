@@ -455,7 +455,7 @@ def test_a_search_is_counted_without_changing_the_connections_commit_mode():
     from django.db import transaction
 
     from memory.models import SearchCount
-    from memory.services import _counted
+    from memory.search import _counted
 
     tenant = make_tenant("acme")
     client = tenant.client()

@@ -26,7 +26,8 @@ from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
 from memory import erasure, outbox
-from memory import services as memory_services
+from memory import inputs as memory_inputs
+from memory import search as memory_searches
 from sessions_app.context.build import ContextRequest, build_context
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.events import iso_timestamp
@@ -401,9 +402,9 @@ def invalidate_confirmed(session: Session, confirmation: Confirmation, actor: st
 def memory_search(app: App, user_id: str, body: Any) -> dict:
     """A search in one exact (app, user) scope, projected to ids, scores, times and sizes.
     Every hit is checked against the scope in the database before it is reported."""
-    request = memory_services.parse_search(body)
+    request = memory_inputs.parse_search(body)
     started = time.perf_counter()
-    hits = memory_services.search(app, user_id, request)
+    hits = memory_searches.search(app, user_id, request)
     ids = [hit["id"] for hit in hits]
     in_scope: dict[str, tuple] = {}
     if ids:

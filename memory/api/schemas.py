@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
 from memory.filters import MAX_CONDITIONS, MAX_IN_VALUES, MAX_STRING_BYTES
-from memory.governance import MAX_RETENTION_DAYS, MAX_TTL_SECONDS
+from memory.governance import INGESTION_MODES, MAX_RETENTION_DAYS, MAX_TTL_SECONDS
+from memory.inputs import (
+    EMBED_MODES,
+    KEY_PATTERN,
+    MAX_INGEST_EVENTS,
+    MAX_KEY_LENGTH,
+    MAX_QUERY_BYTES,
+    MAX_SEARCH_LIMIT,
+    MAX_WEIGHT,
+    MODES,
+    SCORE_TYPES,
+)
 
 _OBJECT = {"type": "object", "additionalProperties": True}
 _NULLABLE_STRING = {"type": "string", "nullable": True}
@@ -50,11 +61,11 @@ COMPONENTS = {
             "provenance": {**_PROVENANCE_INPUT, "nullable": True},
             "idempotency_key": {
                 "type": "string",
-                "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}$",
-                "maxLength": 256,
+                "pattern": f"^{KEY_PATTERN}$",
+                "maxLength": MAX_KEY_LENGTH,
                 "nullable": True,
             },
-            "embed": {"enum": ["auto", "sync", "async"]},
+            "embed": {"enum": list(EMBED_MODES)},
             "erasure_epoch": {
                 "type": "integer",
                 "minimum": 0,
@@ -93,8 +104,8 @@ COMPONENTS = {
     ),
     "MemorySearch": _strict(
         {
-            "query": {"type": "string", "minLength": 1, "maxLength": 4096},
-            "mode": {"enum": ["lexical", "vector", "hybrid"]},
+            "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_BYTES},
+            "mode": {"enum": list(MODES)},
             "filter": {
                 **_OBJECT,
                 "nullable": True,
@@ -103,14 +114,14 @@ COMPONENTS = {
                 f"{MAX_IN_VALUES} values in each `$in`/`$nin` and {MAX_STRING_BYTES} bytes "
                 "(UTF-8) of string values in all; beyond, 400 `validation_error` on `filter`.",
             },
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT},
             "min_score": {"type": "number", "nullable": True},
             # null: the embedder's measured fusion, as when absent.
             "weights": {
                 **_strict(
                     {
-                        "lexical": {"type": "number", "minimum": 0, "maximum": 100},
-                        "vector": {"type": "number", "minimum": 0, "maximum": 100},
+                        "lexical": {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT},
+                        "vector": {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT},
                     }
                 ),
                 "minProperties": 1,
@@ -128,7 +139,7 @@ COMPONENTS = {
                         "id": {"type": "string", "format": "uuid"},
                         "content": {"type": "string"},
                         "score": {"type": "number"},
-                        "score_type": {"enum": ["bm25", "cosine", "rrf", "weighted"]},
+                        "score_type": {"enum": list(SCORE_TYPES)},
                         "timestamp": {"type": "string", "format": "date-time"},
                         "metadata": _OBJECT,
                         "provenance": _PROVENANCE,
@@ -156,7 +167,7 @@ COMPONENTS["MemoryEventsRequest"] = _strict(
             "type": "array",
             "items": {"$ref": "#/components/schemas/EventInput"},
             "minItems": 1,
-            "maxItems": 500,
+            "maxItems": MAX_INGEST_EVENTS,
         },
     },
     ["session_id", "events"],
@@ -199,7 +210,7 @@ _POLICY_FIELDS = {
         "description": "No erasure (409 legal_hold) and no expiry purge in the whole app.",
     },
     "ingestion": {
-        "enum": ["off", "on_success"],
+        "enum": list(INGESTION_MODES),
         "description": "on_success: an append that completes an invocation (turn_complete, or "
         "a final text answer of the model) admits a durable ingestion job for the session's "
         "events not yet admitted.",

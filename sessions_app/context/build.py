@@ -62,14 +62,14 @@ class ContextRequest:
 class MemoryRetrieval:
     """Memory hits for the envelope's memory slot, rendered as untrusted reference data."""
 
-    search: Any  # memory.services.SearchRequest
+    search: Any  # memory.inputs.SearchRequest
     max_hit_bytes: int
     max_total_bytes: int
     on_error: str  # error | omit
 
 
 def _memory_retrieval(value: Any) -> MemoryRetrieval:
-    from memory import services as memory_services
+    from memory import inputs as memory_inputs
 
     if not isinstance(value, dict):
         raise invalid("memory", "must be an object")
@@ -91,7 +91,7 @@ def _memory_retrieval(value: Any) -> MemoryRetrieval:
     search_body = {k: v for k, v in value.items() if k in {"query", "mode", "limit", "filter"}}
     search_body.setdefault("limit", 5)
     try:
-        search = memory_services.parse_search(search_body)
+        search = memory_inputs.parse_search(search_body)
     except ServiceError as exc:
         field = exc.details.get("field", "")
         raise invalid(f"memory.{field}", str(exc.detail).split(": ", 1)[-1]) from None
@@ -144,10 +144,10 @@ def _memory_items(session: Session, retrieval: MemoryRetrieval | None) -> list[d
     if retrieval is None:
         return []
     from memory import render
-    from memory import services as memory_services
+    from memory import search as memory_search
 
     try:
-        hits = memory_services.search(session.app, session.user_id, retrieval.search)
+        hits = memory_search.search(session.app, session.user_id, retrieval.search)
     except ServiceError:
         if retrieval.on_error == "omit":
             telemetry.CONTEXT_BUILDS.labels("memory_omitted").inc()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from memory import embeddings, services
+from memory import embeddings, vectors
 
 
 class Command(BaseCommand):
@@ -58,7 +58,7 @@ class Command(BaseCommand):
             return
         total = 0
         while True:
-            done = services.embed_pending_batch()
+            done = vectors.embed_pending_batch()
             if not done:
                 break
             total += done
