@@ -11,7 +11,6 @@ from ctxadmin.admin import ReadOnlyAdmin
 from ctxadmin.content import ContentAdminMixin, render
 from memory import vectors
 from memory.embeddings import embedder_from_settings
-from memory.governance import scope_fingerprint
 from memory.models import (
     Consent,
     ErasureEpoch,
@@ -22,6 +21,7 @@ from memory.models import (
     OutboxJob,
     ScopeIndex,
 )
+from memory.scope import scope_fingerprint
 
 
 class EmbeddedFilter(admin.SimpleListFilter):

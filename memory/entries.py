@@ -18,7 +18,7 @@ from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uui
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed, is_secret_key, looks_like_secret
 from ctxadmin.wake import wake
-from memory import embeddings, erasure, governance
+from memory import embeddings, governance
 from memory.inputs import (
     ADD_KEYS,
     EMBED_MODES,
@@ -29,6 +29,7 @@ from memory.inputs import (
     parse_epoch,
     redact_metadata,
 )
+from memory.scope import check_epoch, lock_scope
 from memory.vectors import embed_one, embedder_is_local, vector_text
 from sessions_app.events import EventError, parse_timestamp
 from sessions_app.store import decode
@@ -197,7 +198,7 @@ def add_memory(
     terms = governance.write_terms(app, user_id)
     epoch = new.erasure_epoch if epoch is None else parse_epoch(epoch, "epoch")
     if epoch is not None:
-        erasure.check_epoch(app, user_id, epoch)
+        check_epoch(app, user_id, epoch)
     digest = hashlib.sha256(new.content.encode("utf-8")).hexdigest()
     if new.idempotency_key is not None:
         existing = _by_key(app, user_id, new.idempotency_key)
@@ -213,8 +214,8 @@ def add_memory(
     entry_id = uuid.uuid4()
     with transaction.atomic(), connection.cursor() as cursor:
         if epoch is not None:  # ordered after any erasure of the scope, checked again
-            erasure.lock_scope(app, user_id, shared=True)
-            erasure.check_epoch(app, user_id, epoch)
+            lock_scope(app, user_id, shared=True)
+            check_epoch(app, user_id, epoch)
         cursor.execute(
             f"""
             INSERT INTO memory_memoryentry

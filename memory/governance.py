@@ -18,11 +18,11 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection, transaction
 
-from ctxadmin.canonical import fingerprint
-from ctxadmin.errors import ServiceError, strict_object
+from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
 from memory.models import Consent, LegalHold, MemoryPolicy
+from memory.scope import lock_scope
 from sessions_app.events import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
@@ -38,17 +38,6 @@ INGESTION_MODES = ("off", "on_success")
 CONSENT_KEYS = frozenset({"granted"})
 MAX_TTL_SECONDS = 10 * 365 * 86400  # ten years
 MAX_RETENTION_DAYS = 100 * 365
-
-
-def invalid(path: str, message: str) -> ServiceError:
-    return ServiceError("validation_error", f"{path}: {message}", details={"field": path})
-
-
-def scope_fingerprint(app: App | int, user_id: str) -> str:
-    """SHA-256 of the canonical JSON of ``{"app_id", "user_id"}``: names a scope in records
-    that outlive its erasure without carrying the user id."""
-    app_id = app if isinstance(app, int) else app.pk
-    return fingerprint({"app_id": app_id, "user_id": user_id})
 
 
 # ----------------------------------------------------------------------------- policy
@@ -268,10 +257,8 @@ def place_legal_hold(app: App, user_id: str, body: Any, key_prefix: str) -> dict
         raise invalid("body", "must be empty or an empty JSON object")
     if body:
         raise invalid(echoed(sorted(body)[0]), "unknown field")
-    from memory import erasure
-
     with transaction.atomic():
-        erasure.lock_scope(app, user_id)  # ordered with any erasure of the scope
+        lock_scope(app, user_id)  # ordered with any erasure of the scope
         with connection.cursor() as cursor:
             cursor.execute(
                 """
@@ -288,7 +275,7 @@ def place_legal_hold(app: App, user_id: str, body: Any, key_prefix: str) -> dict
 def release_legal_hold(app: App, user_id: str) -> None:
     deleted, _ = LegalHold.objects.filter(app=app, user_id=user_id).delete()
     if not deleted:
-        raise ServiceError("not_found", "Not found.", status_code=404)
+        raise not_found()
     logger.info("memory_legal_hold_released", extra={"app": app.pk})
 
 

@@ -51,6 +51,7 @@ from ctxadmin.pruning import looks_like_secret, redact_secret_text
 from memory import entries, erasure, governance, ingest
 from memory.inputs import REDACTED
 from memory.models import OutboxJob
+from memory.scope import current_epoch, lock_scope, scope_fingerprint
 from memory.vectors import embedder_is_local, vector_text
 from sessions_app.events import iso_timestamp
 
@@ -338,8 +339,8 @@ def admit(
     event_ids = [row["event_id"] for row in rows]
     with transaction.atomic():
         # An erasure of the scope waits for this admission, then cancels the job it wrote.
-        erasure.lock_scope(app, user_id, shared=True)
-        epoch = erasure.current_epoch(app, user_id)
+        lock_scope(app, user_id, shared=True)
+        epoch = current_epoch(app, user_id)
         job_id = job_id_for(app, user_id, session_id, event_ids, epoch)
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(_ADMISSION_LOCK))
@@ -358,7 +359,7 @@ def admit(
             id=job_id,
             app=app,
             user_id=user_id,
-            scope_fingerprint=governance.scope_fingerprint(app, user_id),
+            scope_fingerprint=scope_fingerprint(app, user_id),
             session_id=session_id,
             adapter=ADAPTER,
             erasure_epoch=epoch,
@@ -403,7 +404,7 @@ def next_after_seq(app: App, user_id: str, session_id: str) -> int:
              WHERE app_id = %s AND user_id = %s AND session_id = %s
                AND erasure_epoch = %s AND phase IN ('pending', 'running', 'retry', 'completed')
             """,
-            [app.pk, user_id, session_id, erasure.current_epoch(app, user_id)],
+            [app.pk, user_id, session_id, current_epoch(app, user_id)],
         )
         return int(cursor.fetchone()[0])
 
@@ -412,7 +413,7 @@ def erased_at(app: App, user_id: str, session_id: str):
     """When this user's memory or this session's memories were last erased (None: never):
     events appended before then are never ingested automatically again, whatever the
     outbox still remembers of them."""
-    scope = governance.scope_fingerprint(app, user_id)
+    scope = scope_fingerprint(app, user_id)
     target = fingerprint({"app_id": app.pk, "user_id": user_id, "session_id": session_id})
     with connection.cursor() as cursor:
         cursor.execute(
@@ -682,9 +683,9 @@ def process(claimed: Claim) -> str:
             vectors, model = _embedded(items)
             unembedded = unembedded or bool(items and not model)
             with transaction.atomic(), connection.cursor() as cursor:
-                erasure.lock_scope(job.app, job.user_id, shared=True)
+                lock_scope(job.app, job.user_id, shared=True)
                 _renew(cursor, job, token)
-                stale = erasure.current_epoch(job.app, job.user_id) != job.erasure_epoch
+                stale = current_epoch(job.app, job.user_id) != job.erasure_epoch
                 if stale or not batch:  # not batch: an erasure cleared the payload
                     code = "stale_epoch" if stale else "erased"
                     _end_jobs(cursor, OutboxJob.CANCELLED, code, "id = %s", [job.pk])

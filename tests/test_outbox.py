@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections
 
-from memory import erasure, outbox
+from memory import outbox, scope
 from memory.models import OutboxJob
 from memory.tasks import drain_outbox
 from tests.conftest import make_tenant
@@ -246,7 +246,7 @@ class TestLeasesEpochsAndFailures:
             from django.db import transaction
 
             with transaction.atomic():
-                erasure._advance_epoch(owner.app, "alice")  # an erasure, as the worker sees it
+                scope.advance_epoch(owner.app, "alice")  # an erasure, as the worker sees it
         assert outbox.process(claimed) == "cancelled"
         status = job(api, "acme", admitted["job_id"])
         assert status["phase"] == "cancelled" and status["error"]["code"] == "stale_epoch"
