@@ -48,6 +48,7 @@ from ctxadmin.canonical import canonical_json, fingerprint
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uuid_or_404
 from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
+from ctxadmin.wake import wake
 from memory import entries, erasure, governance, ingest
 from memory.inputs import REDACTED
 from memory.models import OutboxJob
@@ -375,9 +376,7 @@ def admit(
             max_attempts=attempts,
             due_at=Now(),  # the database's clock, as every due check uses
         )
-        from memory.tasks import drain_outbox
-
-        drain_outbox.delay_on_commit(job_id)
+        wake("memory.drain_outbox", job_id)
     ADMISSIONS.labels("admitted").inc()
     logger.info(
         "outbox_admitted",
@@ -707,9 +706,7 @@ def process(claimed: Claim) -> str:
                 },
             )
         if unembedded:  # an HTTP embedder: the embedding task fills the vectors in
-            from memory.tasks import embed_pending
-
-            embed_pending.delay_on_commit()
+            wake("memory.embed_pending")
         return OutboxJob.COMPLETED
     except LeaseLost:
         logger.info("outbox_lease_lost", extra={"job": str(job.pk)})
@@ -907,9 +904,7 @@ def retry_now(job_ids: list) -> int:
         )
         count = cursor.rowcount
         if count:
-            from memory.tasks import drain_outbox
-
-            drain_outbox.delay_on_commit()
+            wake("memory.drain_outbox")
     return count
 
 

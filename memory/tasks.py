@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from ctxadmin.batches import in_batches
-from memory import governance, search, vectors
+from memory import governance, outbox, scope_index, search, vectors
 
 MAX_BATCHES_PER_RUN = 50
 # Expired entries: at most this many batches of ``governance.PURGE_BATCH_SIZE`` per run.
@@ -46,8 +46,6 @@ MAX_PRUNE_BATCHES_PER_RUN = 10
 def maintain_scope_indexes() -> dict:
     """Build (one per run) and drop large scopes' own vector indexes
     (``memory/scope_index.py``); runs again at once while a scope waits for one."""
-    from memory import scope_index
-
     result = scope_index.maintain(max_builds=1)
     if result.get("more"):
         maintain_scope_indexes.apply_async()
@@ -58,8 +56,6 @@ def maintain_scope_indexes() -> dict:
 def drain_outbox(job_id: str | None = None) -> dict:
     """Claim and process due outbox jobs (``job_id`` first, when it is due) until none is
     due or the run's budget is spent. Published on admission's commit and by the beat."""
-    from memory import outbox
-
     budget = min(DRAIN_BUDGET_SECONDS, settings.CELERY_TASK_SOFT_TIME_LIMIT * 0.5)
     return outbox.drain(job_id, budget_seconds=budget)
 
@@ -68,6 +64,4 @@ def drain_outbox(job_id: str | None = None) -> dict:
 def prune_outbox() -> int:
     """Delete ended outbox jobs past the retention period, oldest first, in bounded
     batches; what is left waits for the next run of the beat."""
-    from memory import outbox
-
     return in_batches(outbox.prune, settings.CTXADMIN_OUTBOX_PRUNE_BATCH, MAX_PRUNE_BATCHES_PER_RUN)
