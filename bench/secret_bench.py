@@ -165,7 +165,8 @@ def measure() -> dict:
     _django()
     from ctxadmin import credentials, pruning
     from ctxadmin.pruning import is_secret_key, looks_like_secret, prune_secrets, redact_secret_text
-    from memory import entries, outbox
+    from memory import entries
+    from memory.outbox import sanitise
 
     data = corpus()
     found = sum(map(looks_like_secret, data["with_credentials"]))
@@ -237,9 +238,9 @@ def measure() -> dict:
         for n, text in enumerate(data["with_credentials"])
     ]
     results["outbox_sanitise"] = _swapped(
-        outbox,
+        sanitise,
         ("looks_like_secret", "redact_secret_text"),
-        lambda: per_item(outbox.sanitise, rows),
+        lambda: per_item(sanitise.sanitise, rows),
     )
     results["detectors"] = len(credentials.DETECTORS)
     results["worst"] = worst_case(looks_like_secret, redact_secret_text)

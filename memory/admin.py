@@ -334,14 +334,14 @@ class OutboxJobAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Make waiting jobs due now", permissions=["operate"])
     def retry_now(self, request, queryset):
-        from memory import outbox
+        from memory.outbox import operations
 
-        count = outbox.retry_now(list(queryset.values_list("pk", flat=True)))
+        count = operations.retry_now(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} waiting job(s) made due now.")
 
     @admin.action(description="Cancel active jobs", permissions=["operate"])
     def cancel_jobs(self, request, queryset):
-        from memory import outbox
+        from memory.outbox import operations
 
-        count = outbox.cancel_jobs(list(queryset.values_list("pk", flat=True)))
+        count = operations.cancel_jobs(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} active job(s) cancelled.")

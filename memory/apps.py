@@ -6,11 +6,12 @@ class MemoryConfig(AppConfig):
     verbose_name = "Long-term memory"
 
     def ready(self) -> None:
-        # The outbox registers its erasure hook on import: every web and worker process
-        # must have it, so that an erasure cancels the scope's queued jobs. The tasks
-        # register on import too: services wake them by name (``ctxadmin.wake``), so every
-        # process that publishes must know them.
-        from memory import outbox, tasks  # noqa: F401
+        # The outbox's erasure hook registers on import: every web and worker process must
+        # have it, so that an erasure cancels the scope's queued jobs. The tasks register on
+        # import too: services wake them by name (``ctxadmin.wake``), so every process that
+        # publishes must know them. Imported here, once the models are loaded.
+        from memory import tasks  # noqa: F401
+        from memory.outbox import admission, erasure_hook  # noqa: F401
         from sessions_app.signals import invocation_completed
 
-        invocation_completed.connect(outbox.on_invocation_completed, dispatch_uid="outbox")
+        invocation_completed.connect(admission.on_invocation_completed, dispatch_uid="outbox")

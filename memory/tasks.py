@@ -6,7 +6,8 @@ from celery import shared_task
 from django.conf import settings
 
 from ctxadmin.batches import in_batches
-from memory import governance, outbox, scope_index, search, vectors
+from memory import governance, scope_index, search, vectors
+from memory.outbox import operations, worker
 
 MAX_BATCHES_PER_RUN = 50
 # Expired entries: at most this many batches of ``governance.PURGE_BATCH_SIZE`` per run.
@@ -57,11 +58,13 @@ def drain_outbox(job_id: str | None = None) -> dict:
     """Claim and process due outbox jobs (``job_id`` first, when it is due) until none is
     due or the run's budget is spent. Published on admission's commit and by the beat."""
     budget = min(DRAIN_BUDGET_SECONDS, settings.CELERY_TASK_SOFT_TIME_LIMIT * 0.5)
-    return outbox.drain(job_id, budget_seconds=budget)
+    return worker.drain(job_id, budget_seconds=budget)
 
 
 @shared_task(name="memory.prune_outbox")
 def prune_outbox() -> int:
     """Delete ended outbox jobs past the retention period, oldest first, in bounded
     batches; what is left waits for the next run of the beat."""
-    return in_batches(outbox.prune, settings.CTXADMIN_OUTBOX_PRUNE_BATCH, MAX_PRUNE_BATCHES_PER_RUN)
+    return in_batches(
+        operations.prune, settings.CTXADMIN_OUTBOX_PRUNE_BATCH, MAX_PRUNE_BATCHES_PER_RUN
+    )

@@ -467,16 +467,16 @@ def _call_model(request, contents, cached_content, cached_tokens, deadline):
 def _ingest(app: App, user_id: str, session: Session, mode: str) -> dict:
     if mode == "off":
         return {"mode": "off"}
-    from memory import outbox
+    from memory.outbox import admission as outbox_admission
 
     if mode == "on_success":
-        admission = outbox.admit_on_success(app, user_id, session.session_id)
+        admission = outbox_admission.admit_on_success(app, user_id, session.session_id)
     else:
-        admission = outbox.admit(
+        admission = outbox_admission.admit(
             app,
             user_id,
             session.session_id,
-            after_seq=outbox.next_after_seq(app, user_id, session.session_id),
+            after_seq=outbox_admission.next_after_seq(app, user_id, session.session_id),
         )
     if admission is None:
         return {"mode": mode, "job_id": None}

@@ -25,9 +25,10 @@ from ctxadmin.canonical import canonical_size
 from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
-from memory import erasure, outbox
+from memory import erasure
 from memory import inputs as memory_inputs
 from memory import search as memory_searches
+from memory.outbox import operations
 from sessions_app.context.build import ContextRequest, build_context
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.events import iso_timestamp
@@ -462,8 +463,8 @@ def erase_user(app: App, user_id: str, actor: str) -> dict:
 
 
 def outbox_stats(app: App) -> dict:
-    return {"app": app.name, **outbox.stats(app)}
+    return {"app": app.name, **operations.stats(app)}
 
 
 def outbox_job(app: App, job_id: str) -> dict:
-    return {"app": app.name, **outbox.job_json(outbox.get_job(app, job_id))}
+    return {"app": app.name, **operations.job_json(operations.get_job(app, job_id))}

@@ -16,6 +16,8 @@ from memory.inputs import (
     MODES,
     SCORE_TYPES,
 )
+from memory.models import OutboxJob
+from memory.outbox.admission import MAX_ATTEMPTS_LIMIT, MAX_JOB_EVENTS
 
 _OBJECT = {"type": "object", "additionalProperties": True}
 _NULLABLE_STRING = {"type": "string", "nullable": True}
@@ -311,7 +313,7 @@ def add_components(result, generator, request, public):
 
 
 _COUNT = {"type": "integer", "minimum": 0}
-_PHASE = {"enum": ["pending", "running", "retry", "completed", "failed", "cancelled"]}
+_PHASE = {"enum": [phase for phase, _label in OutboxJob.PHASES]}
 COMPONENTS["OutboxAdmission"] = _strict(
     {
         "session_id": _SESSION_ID,
@@ -320,7 +322,7 @@ COMPONENTS["OutboxAdmission"] = _strict(
             "minimum": 0,
             "description": "ingest the events after this seq (default 0: from the first)",
         },
-        "max_attempts": {"type": "integer", "minimum": 1, "maximum": 20},
+        "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
     },
     ["session_id"],
 )
@@ -330,7 +332,7 @@ COMPONENTS["OutboxAdmitted"] = _strict(
         "status_url": {"type": "string", "format": "uri"},
         "deduplicated": {"type": "boolean"},
         "phase": _PHASE,
-        "events": {"type": "integer", "minimum": 1, "maximum": 5000},
+        "events": {"type": "integer", "minimum": 1, "maximum": MAX_JOB_EVENTS},
         "first_seq": {"type": "integer"},
         "last_seq": {"type": "integer"},
         "erasure_epoch": _COUNT,
