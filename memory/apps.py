@@ -12,6 +12,6 @@ class MemoryConfig(AppConfig):
         # publishes must know them. Imported here, once the models are loaded.
         from memory import tasks  # noqa: F401
         from memory.outbox import admission, erasure_hook  # noqa: F401
-        from sessions_app.signals import invocation_completed
+        from sessions_app.selectors import invocation_completed
 
         invocation_completed.connect(admission.on_invocation_completed, dispatch_uid="outbox")

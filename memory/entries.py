@@ -31,8 +31,7 @@ from memory.inputs import (
 )
 from memory.scope import check_epoch, lock_scope
 from memory.vectors import embed_one, embedder_is_local, vector_text
-from sessions_app.events import EventError, parse_timestamp
-from sessions_app.store import decode
+from sessions_app.selectors import EventError, decode, parse_timestamp
 
 # Reads see live entries only: an entry past its ``expires_at`` vanishes at once (the purge
 # task deletes it later).

@@ -30,7 +30,7 @@ from ctxadmin.models import App
 from memory.governance import refuse_if_held
 from memory.models import ErasureReceipt
 from memory.scope import advance_epoch, current_epoch, lock_scope, scope_fingerprint
-from sessions_app.events import iso_timestamp
+from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
 

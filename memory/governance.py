@@ -23,7 +23,7 @@ from ctxadmin.models import App
 from ctxadmin.pruning import echoed
 from memory.models import Consent, LegalHold, MemoryPolicy
 from memory.scope import lock_scope
-from sessions_app.events import iso_timestamp
+from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
 

@@ -16,7 +16,7 @@ from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret
 from memory import entries
 from memory.inputs import MAX_INGEST_EVENTS, NewMemory
-from sessions_app.events import EventError, EventLimits, validate_event
+from sessions_app.selectors import EventError, EventLimits, validate_event
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from memory.entries import LIVE
 from memory.fusion import BM25_B, BM25_K1, Fusion, bm25_ceiling, bm25_idf, choose, filled, fuse
 from memory.inputs import SearchRequest
 from memory.vectors import vector_text
-from sessions_app.store import decode
+from sessions_app.selectors import decode
 
 logger = logging.getLogger("ctxadmin.memory")
 

@@ -4,7 +4,6 @@ and the automatic path, when an append completes an invocation."""
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from memory.outbox.jobs import (
 )
 from memory.outbox.sanitise import sanitise
 from memory.scope import current_epoch, lock_scope, scope_fingerprint
+from sessions_app import selectors as sessions
 
 logger = logging.getLogger("ctxadmin.outbox")
 
@@ -70,70 +70,6 @@ def parse_request(body: Any) -> tuple[str, int, int]:
     ):
         raise invalid("max_attempts", f"must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
     return session_id, after_seq, attempts
-
-
-def _session_events(
-    app: App, user_id: str, session_id: str, after_seq: int, appended_after=None
-) -> list[dict]:
-    """The session's events after ``after_seq`` in order, with the running total of their
-    stored bytes: those that start within ``MAX_JOB_BYTES`` (the first event always), at
-    most ``MAX_JOB_EVENTS`` + 1."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT event_id, seq, author, role, content, timestamp, running FROM (
-                SELECT e.event_id, e.seq, e.author, e.role, e.content, e.timestamp,
-                       e.byte_size, sum(e.byte_size) OVER (ORDER BY e.seq) AS running
-                  FROM sessions_app_session s
-                  JOIN sessions_app_event e ON e.session_id = s.id
-                 WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s AND e.seq > %s
-                   AND (%s::timestamptz IS NULL OR e.created_at > %s::timestamptz)
-            ) events
-             WHERE running - byte_size <= %s
-             ORDER BY seq
-             LIMIT %s
-            """,
-            [
-                app.pk,
-                user_id,
-                session_id,
-                after_seq,
-                appended_after,
-                appended_after,
-                MAX_JOB_BYTES,
-                MAX_JOB_EVENTS + 1,
-            ],
-        )
-        names = [column.name for column in cursor.description]
-        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-    for row in rows:  # Django's connections read jsonb as text
-        if isinstance(row["content"], str):
-            row["content"] = json.loads(row["content"])
-    return rows
-
-
-def _has_events_after(app: App, user_id: str, session_id: str, seq: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT EXISTS (SELECT 1 FROM sessions_app_session s
-                             JOIN sessions_app_event e ON e.session_id = s.id
-                            WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s
-                              AND e.seq > %s)
-            """,
-            [app.pk, user_id, session_id, seq],
-        )
-        return cursor.fetchone()[0]
-
-
-def _session_exists(app: App, user_id: str, session_id: str) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT 1 FROM sessions_app_session WHERE app_id = %s AND user_id = %s "
-            "AND session_id = %s",
-            [app.pk, user_id, session_id],
-        )
-        return cursor.fetchone() is not None
 
 
 def job_id_for(app: App, user_id: str, session_id: str, event_ids: list[str], epoch: int) -> str:
@@ -211,9 +147,17 @@ def admit(
     ``outbox_capacity_exceeded`` (naming the limit) or ``terminal_retention_full``."""
     attempts = settings.CTXADMIN_OUTBOX_MAX_ATTEMPTS if max_attempts is None else max_attempts
     governance.write_terms(app, user_id)  # consent, fail-closed
-    rows = _session_events(app, user_id, session_id, after_seq, appended_after)
+    rows = sessions.events_after(
+        app,
+        user_id,
+        session_id,
+        after_seq,
+        appended_after=appended_after,
+        max_bytes=MAX_JOB_BYTES,
+        max_events=MAX_JOB_EVENTS + 1,
+    )
     if not rows:
-        if not _session_exists(app, user_id, session_id):
+        if not sessions.session_exists(app, user_id, session_id):
             raise not_found()
         raise ServiceError(
             "nothing_to_ingest",
@@ -226,7 +170,9 @@ def admit(
         if taken and rows[taken]["running"] > MAX_JOB_BYTES:
             break
         taken += 1
-    more = taken < len(rows) or _has_events_after(app, user_id, session_id, rows[taken - 1]["seq"])
+    more = taken < len(rows) or sessions.has_events_after(
+        app, user_id, session_id, rows[taken - 1]["seq"]
+    )
     rows = rows[:taken]
     payload, reasons, redacted = [], {}, 0
     for row in rows:
@@ -350,7 +296,7 @@ def admit_on_success(app: App, user_id: str, session_id: str) -> Admission | Non
 
 
 def on_invocation_completed(sender, *, app: App, user_id: str, session_id: str, **kwargs):
-    """Receiver of ``sessions_app.signals.invocation_completed``. Every append that
+    """Receiver of ``invocation_completed`` (``sessions_app.selectors``). Every append that
     completes an invocation asks, so an app without the policy costs one lookup; the
     admission runs in a savepoint, so that a failure leaves the caller's transaction
     usable."""

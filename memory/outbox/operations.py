@@ -20,7 +20,7 @@ from memory.outbox.jobs import (
     TERMINAL_SQL,
     end_jobs,
 )
-from sessions_app.events import iso_timestamp
+from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.outbox")
 

@@ -10,7 +10,7 @@ from django.conf import settings
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
 from memory import ingest
 from memory.inputs import REDACTED
-from sessions_app.events import iso_timestamp
+from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.outbox")
 
