@@ -9,7 +9,8 @@ from django.db.models.expressions import RawSQL
 
 from ctxadmin.admin import ReadOnlyAdmin
 from ctxadmin.content import ContentAdminMixin, render
-from memory import vectors
+from ctxadmin.errors import ServiceError
+from memory import erasure, vectors
 from memory.embeddings import embedder_from_settings
 from memory.models import (
     Consent,
@@ -21,6 +22,7 @@ from memory.models import (
     OutboxJob,
     ScopeIndex,
 )
+from memory.outbox import operations
 from memory.scope import scope_fingerprint
 
 
@@ -162,9 +164,6 @@ class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
 
     @admin.action(description="Erase entries (with erasure receipts)", permissions=["erase"])
     def erase_entries(self, request, queryset):
-        from ctxadmin.errors import ServiceError
-        from memory import erasure
-
         erased, refused = 0, 0
         for entry in queryset.select_related("app"):
             try:
@@ -334,14 +333,10 @@ class OutboxJobAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Make waiting jobs due now", permissions=["operate"])
     def retry_now(self, request, queryset):
-        from memory.outbox import operations
-
         count = operations.retry_now(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} waiting job(s) made due now.")
 
     @admin.action(description="Cancel active jobs", permissions=["operate"])
     def cancel_jobs(self, request, queryset):
-        from memory.outbox import operations
-
         count = operations.cancel_jobs(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} active job(s) cancelled.")

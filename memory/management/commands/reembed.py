@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand
 from django.db import connection
 
 from memory import embeddings, vectors
+from memory.tasks import embed_pending
 
 
 class Command(BaseCommand):
@@ -51,8 +52,6 @@ class Command(BaseCommand):
             )
         self.stdout.write(f"cleared {cleared} vectors (embedder {embedder.name})")
         if options["queue"]:
-            from memory.tasks import embed_pending
-
             embed_pending.delay()
             self.stdout.write("queued the embed task")
             return
