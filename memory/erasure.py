@@ -20,12 +20,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from django.db import connection, transaction
 
 from ctxadmin.canonical import fingerprint
-from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uuid_or_404
+from ctxadmin.errors import ServiceError, not_found, uuid_or_404
 from ctxadmin.models import App
 from memory.governance import refuse_if_held
 from memory.models import ErasureReceipt
@@ -33,8 +32,6 @@ from memory.scope import advance_epoch, current_epoch, lock_scope, scope_fingerp
 from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
-
-ERASE_USER_KEYS = frozenset({"confirm"})
 
 #: ``(app, user_id, session_id or None) -> how many queued items were erased``. Called in
 #: the erasure's transaction, after the scope lock: an eraser deletes (or cancels) the queued
@@ -175,14 +172,6 @@ def erase_session(app: App, user_id: str, session_id: str, key_prefix: str) -> d
             counts=_counts(entries, queued),
             epoch=current_epoch(app, user_id),
         )
-
-
-def parse_user_confirmation(body: Any, user_id: str) -> None:
-    """``{"confirm": "erase user <user_id>"}``, exactly."""
-    strict_object(body, ERASE_USER_KEYS)
-    expected = f"erase user {user_id}"
-    if body.get("confirm") != expected:
-        raise invalid("confirm", f"must be exactly {expected!r} to erase this user's memory")
 
 
 def erase_user(app: App, user_id: str, key_prefix: str) -> dict:

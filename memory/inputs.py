@@ -1,6 +1,7 @@
 """What a client sends to memory, parsed: the search request, the new entry's shape, the
-erasure epoch; and the limits and lists they are checked against, which the OpenAPI
-schemas (``memory/api/schemas.py``) take from here.
+erasure epoch, the memory policy, consent, a legal hold and a user erasure's confirmation;
+and the limits and lists they are checked against, which the OpenAPI schemas
+(``memory/api/schemas.py``) take from here.
 
 Pure: no Django, no database, no app; a refusal is ``ctxadmin.errors.invalid``.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxadmin.errors import invalid, strict_object
-from ctxadmin.pruning import is_secret_key
+from ctxadmin.pruning import echoed, is_secret_key
 from memory import filters as memory_filters
 
 REDACTED = "[redacted]"
@@ -128,3 +129,100 @@ def parse_search(body: Any) -> SearchRequest:
     except memory_filters.FilterError as exc:
         raise invalid(exc.path, exc.message) from None
     return SearchRequest(query, mode, sql, params, limit, min_score, weights)
+
+
+# ----------------------------------------------------------------------------- governance
+
+POLICY_KEYS = (
+    "consent_required",
+    "default_ttl_seconds",
+    "retention_days",
+    "legal_hold",
+    "ingestion",
+)
+INGESTION_MODES = ("off", "on_success")
+CONSENT_KEYS = frozenset({"granted"})
+MAX_TTL_SECONDS = 10 * 365 * 86400  # ten years
+MAX_RETENTION_DAYS = 100 * 365
+
+
+@dataclass(frozen=True)
+class Policy:
+    consent_required: bool = False
+    default_ttl_seconds: int | None = None
+    retention_days: int | None = None
+    legal_hold: bool = False
+    # "on_success": an append that completes an invocation admits an outbox job.
+    ingestion: str = "off"
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in POLICY_KEYS}
+
+
+DEFAULT_POLICY = Policy()
+
+
+def _positive(body: dict, name: str, maximum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise invalid(name, f"must be null or an integer from 1 to {maximum}")
+    return value
+
+
+def parse_memory_policy(body: Any) -> Policy:
+    """A whole memory policy (PUT replaces it; a field left out takes its default)."""
+    strict_object(body, set(POLICY_KEYS))
+    flags = {}
+    for name in ("consent_required", "legal_hold"):
+        value = body.get(name, False)
+        if not isinstance(value, bool):
+            raise invalid(name, "must be true or false")
+        flags[name] = value
+    ingestion = body.get("ingestion", "off")
+    if ingestion not in INGESTION_MODES:
+        raise invalid("ingestion", "must be off or on_success")
+    ttl = _positive(body, "default_ttl_seconds", MAX_TTL_SECONDS)
+    retention = _positive(body, "retention_days", MAX_RETENTION_DAYS)
+    if ttl is not None and retention is not None and ttl < retention * 86400:
+        raise invalid(
+            "default_ttl_seconds",
+            "must be at least retention_days (in seconds): an entry cannot expire before "
+            "it may be erased",
+        )
+    return Policy(
+        consent_required=flags["consent_required"],
+        default_ttl_seconds=ttl,
+        retention_days=retention,
+        legal_hold=flags["legal_hold"],
+        ingestion=ingestion,
+    )
+
+
+def parse_consent(body: Any) -> bool:
+    """``{"granted": true | false}``: the consent to record."""
+    strict_object(body, CONSENT_KEYS)
+    granted = body.get("granted")
+    if not isinstance(granted, bool):
+        raise invalid("granted", "must be true or false")
+    return granted
+
+
+def parse_legal_hold(body: Any) -> None:
+    """A legal hold takes no fields: no body, or an empty object."""
+    if body is not None and not isinstance(body, dict):
+        raise invalid("body", "must be empty or an empty JSON object")
+    if body:
+        raise invalid(echoed(sorted(body)[0]), "unknown field")
+
+
+ERASE_USER_KEYS = frozenset({"confirm"})
+
+
+def parse_user_confirmation(body: Any, user_id: str) -> None:
+    """``{"confirm": "erase user <user_id>"}``, exactly."""
+    strict_object(body, ERASE_USER_KEYS)
+    expected = f"erase user {user_id}"
+    if body.get("confirm") != expected:
+        raise invalid("confirm", f"must be exactly {expected!r} to erase this user's memory")

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
 from memory.filters import MAX_CONDITIONS, MAX_IN_VALUES, MAX_STRING_BYTES
-from memory.governance import INGESTION_MODES, MAX_RETENTION_DAYS, MAX_TTL_SECONDS
 from memory.inputs import (
     EMBED_MODES,
+    INGESTION_MODES,
     KEY_PATTERN,
     MAX_INGEST_EVENTS,
     MAX_KEY_LENGTH,
     MAX_QUERY_BYTES,
+    MAX_RETENTION_DAYS,
     MAX_SEARCH_LIMIT,
+    MAX_TTL_SECONDS,
     MAX_WEIGHT,
     MODES,
     SCORE_TYPES,

@@ -65,7 +65,7 @@ class MemoryListView(MemoryScopedView):
         key_prefix = request.auth.prefix
         sessions = request.query_params.getlist("session_id")
         if not sessions:
-            erasure.parse_user_confirmation(request.data, user)
+            inputs.parse_user_confirmation(request.data, user)
             return Response(erasure.erase_user(self.tenant, user, key_prefix))
         if len(sessions) > 1 or path_segment_error("sid", sessions[0]):
             raise invalid("session_id", "must be one session id")
