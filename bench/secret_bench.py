@@ -167,7 +167,8 @@ def _django():
 def measure() -> dict:
     _django()
     # After django.setup(): these modules import the memory app's models.
-    from memory import outbox, services
+    from memory import entries
+    from memory.outbox import sanitise
 
     data = corpus()
     found = sum(map(looks_like_secret, data["with_credentials"]))
@@ -222,9 +223,9 @@ def measure() -> dict:
     results["memory_add"] = {}
     for name, bodies in memory_bodies.items():
         results["memory_add"][name] = _swapped(
-            services,
+            entries,
             "looks_like_secret",
-            lambda bodies=bodies: per_item(services.parse_new_memory, bodies),
+            lambda bodies=bodies: per_item(entries.parse_new_memory, bodies),
         )
     rows = [
         {
@@ -239,9 +240,9 @@ def measure() -> dict:
         for n, text in enumerate(data["with_credentials"])
     ]
     results["outbox_sanitise"] = _swapped(
-        outbox,
+        sanitise,
         ("looks_like_secret", "redact_secret_text"),
-        lambda: per_item(outbox.sanitise, rows),
+        lambda: per_item(sanitise.sanitise, rows),
     )
     results["detectors"] = len(credentials.DETECTORS)
     results["worst"] = worst_case(looks_like_secret, redact_secret_text)

@@ -9,7 +9,7 @@ class RunnerConfig(AppConfig):
     def ready(self) -> None:
         # The runner stands above sessions and memory, so it is where one's signal reaches
         # the other: an append that completes an invocation queues its ingestion.
-        from memory import outbox
+        from memory.outbox import admission
         from sessions_app.signals import invocation_completed
 
-        invocation_completed.connect(outbox.on_invocation_completed, dispatch_uid="outbox")
+        invocation_completed.connect(admission.on_invocation_completed, dispatch_uid="outbox")

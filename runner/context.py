@@ -15,7 +15,7 @@ from django.db import connection
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError
 from memory import render
-from memory import services as memory_services
+from memory import search as memory_search
 from runner.inputs import ContextRequest, MemoryRetrieval
 from sessions_app import history, telemetry
 from sessions_app.compaction import requests
@@ -40,7 +40,7 @@ def _memory_items(session: Session, retrieval: MemoryRetrieval | None) -> list[d
     if retrieval is None:
         return []
     try:
-        hits = memory_services.search(session.app, session.user_id, retrieval.search)
+        hits = memory_search.search(session.app, session.user_id, retrieval.search)
     except ServiceError:
         if retrieval.on_error == "omit":
             telemetry.CONTEXT_BUILDS.labels("memory_omitted").inc()

@@ -16,7 +16,7 @@ from ctxadmin.canonical import canonical_size, fingerprint
 from ctxadmin.errors import ServiceError, invalid, strict_object
 from ctxadmin.providers.base import UnknownConnection, get_connection
 from ctxadmin.pruning import echoed
-from memory import services as memory_services
+from memory import inputs as memory_inputs
 from sessions_app.context.policy import ContextPolicy, PolicyError, parse_policy
 from sessions_app.events import EventError, validate_content
 from sessions_app.services import event_limits
@@ -55,7 +55,7 @@ class ContextRequest:
 class MemoryRetrieval:
     """Memory hits for the envelope's memory slot, rendered as untrusted reference data."""
 
-    search: Any  # memory.services.SearchRequest
+    search: Any  # memory.inputs.SearchRequest
     max_hit_bytes: int
     max_total_bytes: int
     on_error: str  # error | omit
@@ -82,7 +82,7 @@ def memory_retrieval(value: Any) -> MemoryRetrieval:
     search_body = {k: v for k, v in value.items() if k in {"query", "mode", "limit", "filter"}}
     search_body.setdefault("limit", 5)
     try:
-        search = memory_services.parse_search(search_body)
+        search = memory_inputs.parse_search(search_body)
     except ServiceError as exc:
         field = exc.details.get("field", "")
         raise invalid(f"memory.{field}", exc.message.split(": ", 1)[-1]) from None

@@ -32,7 +32,7 @@ from ctxadmin.errors import ServiceError
 from ctxadmin.models import App
 from ctxadmin.providers import generate as provider_generate
 from ctxadmin.providers.base import ProviderError, get_connection
-from memory import outbox
+from memory.outbox import admission as outbox_admission
 from runner import context, fake_model
 from runner.inputs import InvocationRequest
 from sessions_app import services
@@ -317,13 +317,13 @@ def _ingest(app: App, user_id: str, session: Session, mode: str) -> dict:
     if mode == "off":
         return {"mode": "off"}
     if mode == "on_success":
-        admission = outbox.admit_on_success(app, user_id, session.session_id)
+        admission = outbox_admission.admit_on_success(app, user_id, session.session_id)
     else:
-        admission = outbox.admit(
+        admission = outbox_admission.admit(
             app,
             user_id,
             session.session_id,
-            after_seq=outbox.next_after_seq(app, user_id, session.session_id),
+            after_seq=outbox_admission.next_after_seq(app, user_id, session.session_id),
         )
     if admission is None:
         return {"mode": mode, "job_id": None}

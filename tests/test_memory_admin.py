@@ -15,7 +15,6 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ctxadmin.admin import CappedCountPaginator
-from memory.governance import scope_fingerprint
 from memory.models import (
     Consent,
     ErasureEpoch,
@@ -24,6 +23,7 @@ from memory.models import (
     MemoryEntry,
     MemoryPolicy,
 )
+from memory.scope import scope_fingerprint
 from tests.conftest import make_operator
 
 ENTRIES = "/admin/memory/memoryentry/"

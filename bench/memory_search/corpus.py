@@ -70,7 +70,7 @@ def hashing_embedder():
 
 
 def vector_text(text: str) -> str:
-    """As the service sends a vector (``memory.services.vector_text``)."""
+    """As the service sends a vector (``memory.vectors.vector_text``)."""
     return "[" + ",".join(repr(float(x)) for x in hashing_embedder().vector(text)) + "]"
 
 

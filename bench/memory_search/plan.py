@@ -9,7 +9,7 @@ import math
 KS = (5, 10, 25)
 DEPTH = max(KS)
 SWEEP = (0, 0.1, 0.2, 0.3, 0.5, 0.75)
-# What the service's hybrid search fuses (``memory.services``): the top max(50, 3 * limit)
+# What the service's hybrid search fuses (``memory.search``): the top max(50, 3 * limit)
 # of each ranking, by reciprocal rank fusion with k = 60.
 FUSION_DEPTH = max(50, 3 * DEPTH)
 RRF_K = 60
@@ -19,7 +19,7 @@ DIMENSION = 384
 TS_CONFIG = "english"
 VOCABULARY = 50_000
 HNSW_QUERIES = 50
-# The service's HNSW settings (``memory.services``): over a scope's own index, its
+# The service's HNSW settings (``memory.search``): over a scope's own index, its
 # ef_search for a limit of 10 is API_EF_SEARCH (CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH's
 # default) at 100,000 entries, scaled by the square root below (``api_ef_search``), and an
 # iterative scan may visit up to MAX_SCAN_TUPLES tuples.

@@ -127,7 +127,7 @@ def _hnsw_top10(
     *,
     force: bool = False,
 ) -> tuple[list[set], list[float], str]:
-    """The service's vector query and settings (``memory.services._vector``: over the
+    """The service's vector query and settings (``memory.search._vector``: over the
     scope's own index when it has one, else the shared one) with another
     ``hnsw.ef_search``: the top 10 of each vector, the milliseconds each took, and the plan
     the planner chose for the first vector (``own index``, ``shared index`` or ``exact``).

@@ -25,8 +25,10 @@ from ctxadmin.canonical import canonical_size
 from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
-from memory import erasure, outbox
-from memory import services as memory_services
+from memory import erasure
+from memory import inputs as memory_inputs
+from memory import search as memory_searches
+from memory.outbox import operations
 from runner.context import build_context
 from runner.inputs import ContextRequest
 from sessions_app.context.policy import ContextPolicy
@@ -402,9 +404,9 @@ def invalidate_confirmed(session: Session, confirmation: Confirmation, actor: st
 def memory_search(app: App, user_id: str, body: Any) -> dict:
     """A search in one exact (app, user) scope, projected to ids, scores, times and sizes.
     Every hit is checked against the scope in the database before it is reported."""
-    request = memory_services.parse_search(body)
+    request = memory_inputs.parse_search(body)
     started = time.perf_counter()
-    hits = memory_services.search(app, user_id, request)
+    hits = memory_searches.search(app, user_id, request)
     ids = [hit["id"] for hit in hits]
     in_scope: dict[str, tuple] = {}
     if ids:
@@ -462,8 +464,8 @@ def erase_user(app: App, user_id: str, actor: str) -> dict:
 
 
 def outbox_stats(app: App) -> dict:
-    return {"app": app.name, **outbox.stats(app)}
+    return {"app": app.name, **operations.stats(app)}
 
 
 def outbox_job(app: App, job_id: str) -> dict:
-    return {"app": app.name, **outbox.job_json(outbox.get_job(app, job_id))}
+    return {"app": app.name, **operations.job_json(operations.get_job(app, job_id))}

@@ -23,7 +23,7 @@ from ctxadmin.auth import ApiKeyAuthentication
 from ctxadmin.errors import ServiceError
 from ctxadmin.models import SCOPE_CACHE, SCOPE_DIAGNOSTICS, SCOPE_MEMORY, App
 from ctxadmin.pruning import MAX_ECHOED, echoed
-from memory import erasure
+from memory import inputs as memory_inputs
 
 ERASED_BY_LENGTH = 10  # ``ErasureReceipt.erased_by``
 
@@ -138,7 +138,7 @@ class MemoryEraseDiagnosticsView(DiagnosticsView):
     operator_permissions = {"POST": "memory.erase_memoryentry"}
 
     def post(self, request, app, user):
-        erasure.parse_user_confirmation(request.data, user)
+        memory_inputs.parse_user_confirmation(request.data, user)
         return Response(services.erase_user(self.tenant, user, self.actor))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
 from ctxadmin.api.schema import OBJECT, ref, strict
-from memory.services import MAX_QUERY_BYTES, MAX_SEARCH_LIMIT, MODES
+from memory.inputs import MAX_QUERY_BYTES, MAX_SEARCH_LIMIT, MODES
 from runner.inputs import (
     INGESTION_MODES,
     MAX_DEADLINE_MS,

@@ -18,8 +18,8 @@ from console.diagnostics.cli import app_named, dumps, run
 from ctxadmin.batches import in_batches
 from ctxadmin.errors import not_found, uuid_or_404
 from ctxadmin.models import App
-from memory import outbox
 from memory.models import OutboxJob
+from memory.outbox import operations
 
 MAX_PRUNE_BATCH = 100_000
 
@@ -35,7 +35,7 @@ def _job(job_id: str) -> OutboxJob:
 
 
 def _job_json(job: OutboxJob) -> dict:
-    return {"app": job.app.name, **outbox.job_json(job)}
+    return {"app": job.app.name, **operations.job_json(job)}
 
 
 class Command(BaseCommand):
@@ -67,14 +67,14 @@ class Command(BaseCommand):
 
     def _stats(self, app=None, **options) -> dict:
         apps = [app_named(app)] if app is not None else list(App.objects.order_by("name"))
-        return {"apps": [{"app": a.name, **outbox.stats(a)} for a in apps]}
+        return {"apps": [{"app": a.name, **operations.stats(a)} for a in apps]}
 
     def _status(self, job_id, **options) -> dict:
         return _job_json(_job(job_id))
 
     def _retry(self, job_id, **options) -> dict:
         job = _job(job_id)
-        if not outbox.retry_now([job.pk]):
+        if not operations.retry_now([job.pk]):
             raise CommandError(
                 f"outbox_job_not_waiting: the job is {job.phase}; only a pending or retrying "
                 "job can be retried"
@@ -84,7 +84,7 @@ class Command(BaseCommand):
 
     def _cancel(self, job_id, **options) -> dict:
         job = _job(job_id)
-        return _job_json(run(lambda: outbox.cancel(job.app, str(job.pk))))
+        return _job_json(run(lambda: operations.cancel(job.app, str(job.pk))))
 
     def _prune(self, batch=None, max_batches=100, older_than_seconds=None, **options) -> dict:
         size = settings.CTXADMIN_OUTBOX_PRUNE_BATCH if batch is None else batch
@@ -97,5 +97,7 @@ class Command(BaseCommand):
         older_than = (
             timedelta(seconds=older_than_seconds) if older_than_seconds is not None else None
         )
-        pruned = in_batches(lambda: outbox.prune(size, older_than=older_than), size, max_batches)
+        pruned = in_batches(
+            lambda: operations.prune(size, older_than=older_than), size, max_batches
+        )
         return {"pruned": pruned}
