@@ -8,13 +8,16 @@ signal, re-exported below under their own names.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import F
+from django.db.models import Count, F, Q, Sum
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce, TruncHour
 
 from ctxadmin.models import App
+from ctxadmin.series import per_hour
 from sessions_app import state as scopes
 from sessions_app import store
 from sessions_app.events import (
@@ -27,6 +30,7 @@ from sessions_app.events import (
     parse_timestamp,
     validate_event,
 )
+from sessions_app.models import Checkpoint, Event, Invocation, Session
 from sessions_app.signals import invocation_completed
 from sessions_app.store import decode
 
@@ -246,3 +250,109 @@ def session_exists(app: App, user_id: str, session_id: str) -> bool:
             [app.pk, user_id, session_id],
         )
         return cursor.fetchone() is not None
+
+
+# ----------------------------------------------------------------------------- one session
+
+
+def session_or_none(app: App, user_id: str, session_id: str) -> Session | None:
+    return Session.objects.filter(app=app, user_id=user_id, session_id=session_id).first()
+
+
+def active_checkpoint(session: Session) -> Checkpoint | None:
+    """The session's active checkpoint, without its items (what the console shows of it)."""
+    return (
+        Checkpoint.objects.filter(session=session, status=Checkpoint.ACTIVE)
+        .only(
+            "id",
+            "compaction_id",
+            "status",
+            "origin",
+            "trigger",
+            "representation",
+            "source_fingerprint",
+            "first_seq",
+            "last_seq",
+            "source_event_ids",
+            "tokens_before",
+            "tokens_after",
+            "created_at",
+            "finished_at",
+        )
+        .first()
+    )
+
+
+def compactions_in_flight(session: Session) -> int:
+    return Checkpoint.objects.filter(
+        session=session, status__in=(Checkpoint.PENDING, Checkpoint.RUNNING)
+    ).count()
+
+
+# ----------------------------------------------------------------------------- the console's
+# Counts per hour over a window (the console's dashboard): ids and numbers, never content.
+
+INVOCATION_STATUSES = (Invocation.RUNNING, Invocation.COMPLETED, Invocation.FAILED)
+CACHE_OUTCOMES = ("hit", "created", "bypass", "off")
+
+
+def events_per_hour(hours: list[datetime]) -> list[int]:
+    rows = (
+        Event.objects.filter(created_at__gte=hours[0])
+        .annotate(hour=TruncHour("created_at"))
+        .values("hour")
+        .annotate(n=Count("*"))
+        .values_list("hour", "n")
+    )
+    return per_hour(hours, dict(rows))
+
+
+def compactions_per_hour(hours: list[datetime]) -> dict:
+    """Compactions requested in each hour, by outcome, and the tokens the committed ones
+    saved (the effective context's estimate before minus after)."""
+    committed = Q(status__in=Checkpoint.COMMITTED)
+    rows = (
+        Checkpoint.objects.filter(created_at__gte=hours[0])
+        .annotate(hour=TruncHour("created_at"))
+        .values("hour")
+        .annotate(
+            requested=Count("*"),
+            committed=Count("pk", filter=committed),
+            failed=Count("pk", filter=Q(status=Checkpoint.FAILED)),
+            saved_per_hour=Coalesce(
+                Sum(
+                    Coalesce(F("tokens_before"), 0) - Coalesce(F("tokens_after"), 0),
+                    filter=committed,
+                ),
+                0,
+            ),
+        )
+    )
+    by_hour = {row.pop("hour"): row for row in rows}
+    keys = ("requested", "committed", "failed", "saved_per_hour")
+    return {key: [by_hour[h][key] if h in by_hour else 0 for h in hours] for key in keys}
+
+
+def invocations_per_hour(hours: list[datetime]) -> dict:
+    """Invocations started in each hour, by prefix-cache outcome and by status."""
+    rows = (
+        # Every status named: the (status, created_at) index then serves the window.
+        Invocation.objects.filter(status__in=INVOCATION_STATUSES, created_at__gte=hours[0])
+        .annotate(hour=TruncHour("created_at"))
+        .values_list("hour", "status", "cache_status")
+        .annotate(n=Count("*"))
+    )
+    by_cache: dict[str, dict[datetime, int]] = defaultdict(dict)
+    by_status: dict[str, dict[datetime, int]] = defaultdict(dict)
+    for hour, status, cache_status, n in rows:
+        outcome = cache_status if cache_status in CACHE_OUTCOMES else "none"
+        by_cache[outcome][hour] = by_cache[outcome].get(hour, 0) + n
+        by_status[status][hour] = by_status[status].get(hour, 0) + n
+    return {
+        "cache_per_hour": {
+            outcome: per_hour(hours, by_cache[outcome]) for outcome in (*CACHE_OUTCOMES, "none")
+        },
+        "status_per_hour": {
+            status: per_hour(hours, by_status[status]) for status in INVOCATION_STATUSES
+        },
+    }

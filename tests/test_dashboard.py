@@ -11,7 +11,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from console.dashboard import charts, selectors
+from console.dashboard import charts
+from memory import selectors as memory_selectors
 from memory.models import OutboxJob
 from sessions_app.models import Checkpoint, Event, Invocation, Session
 from tests.conftest import make_tenant
@@ -226,7 +227,7 @@ def test_the_numbers_are_those_of_the_seeded_data(operator, owner, django_assert
     assert data["searches"]["apps"] == [{"app": "acme", "searches": 2}]
     assert figures["memory_searches"] == "2"
     # The chart names the largest apps only; the totals count every app.
-    assert selectors.memory_per_app(limit=1) == {
+    assert memory_selectors.memory_per_app(limit=1) == {
         "entries": 2,
         "apps_with_entries": 2,
         "apps": [{"app": "acme", "entries": 1, "scopes": 1}],

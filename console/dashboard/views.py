@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from console.dashboard import selectors
 from console.dashboard.charts import Series, bar_list, column_chart, number
+from memory import selectors as memory_selectors
 
 REFRESH_SECONDS = 15
 
@@ -189,9 +190,9 @@ def dashboard_page(request):
         "generated_at": shown["generated_at"],
         "data_url": reverse("admin-dashboard-data"),
         "refresh_seconds": _refresh_seconds(request),
-        "memory_apps_shown": selectors.MEMORY_APPS_SHOWN,
+        "memory_apps_shown": memory_selectors.APPS_SHOWN,
         "memory_more_apps": (
-            shown["data"]["memory"]["apps_with_entries"] > selectors.MEMORY_APPS_SHOWN
+            shown["data"]["memory"]["apps_with_entries"] > memory_selectors.APPS_SHOWN
         ),
     }
     return TemplateResponse(request, "admin/dashboard.html", context)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from caching import registry
 from caching.models import CacheScope
@@ -28,9 +28,11 @@ from ctxadmin.pruning import echoed
 from memory import erasure
 from memory import inputs as memory_inputs
 from memory import search as memory_searches
+from memory import selectors as memory_selectors
 from memory.outbox import operations
 from runner.context import build_context
 from runner.inputs import ContextRequest
+from sessions_app import selectors as sessions
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.events import iso_timestamp
 from sessions_app.models import Checkpoint, Session
@@ -65,7 +67,7 @@ def _parameter_error(name: str, message: str) -> ServiceError:
 
 
 def session_or_404(app: App, user_id: str, session_id: str) -> Session:
-    session = Session.objects.filter(app=app, user_id=user_id, session_id=session_id).first()
+    session = sessions.session_or_none(app, user_id, session_id)
     if session is None:
         raise not_found()
     return session
@@ -158,29 +160,6 @@ def _checkpoint_json(row: Checkpoint | None) -> dict | None:
     }
 
 
-def _active_checkpoint(session: Session) -> Checkpoint | None:
-    return (
-        Checkpoint.objects.filter(session=session, status=Checkpoint.ACTIVE)
-        .only(
-            "id",
-            "compaction_id",
-            "status",
-            "origin",
-            "trigger",
-            "representation",
-            "source_fingerprint",
-            "first_seq",
-            "last_seq",
-            "source_event_ids",
-            "tokens_before",
-            "tokens_after",
-            "created_at",
-            "finished_at",
-        )
-        .first()
-    )
-
-
 def _identifiers(session: Session) -> dict:
     return {
         "app": session.app.name,
@@ -205,7 +184,7 @@ def context_report(session: Session, policy: ContextPolicy) -> dict:
     )
     accounting = built.accounting
     counts = accounting["events"]
-    active = _active_checkpoint(session)
+    active = sessions.active_checkpoint(session)
     return {
         **_identifiers(session),
         "session_revision": session.revision,
@@ -298,15 +277,13 @@ def cache_report(app: App, user_id: str, model: str) -> dict:
 def lifecycle_report(session: Session, model: str | None) -> dict:
     """The session's active checkpoint, its compactions in flight, and the prefix-cache
     scopes of (app, user, ``model``) (``cache`` is null without a model)."""
-    in_flight = Checkpoint.objects.filter(
-        session=session, status__in=(Checkpoint.PENDING, Checkpoint.RUNNING)
-    ).count()
+    in_flight = sessions.compactions_in_flight(session)
     return {
         **_identifiers(session),
         "model": model,
         "session_revision": session.revision,
         "last_seq": session.last_seq,
-        "checkpoint": _checkpoint_json(_active_checkpoint(session)),
+        "checkpoint": _checkpoint_json(sessions.active_checkpoint(session)),
         "compactions_in_flight": in_flight,
         "cache": cache_report(session.app, session.user_id, model) if model else None,
     }
@@ -410,14 +387,7 @@ def memory_search(app: App, user_id: str, body: Any) -> dict:
     ids = [hit["id"] for hit in hits]
     in_scope: dict[str, tuple] = {}
     if ids:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id::text, content_bytes, created_at, source_timestamp "
-                "FROM memory_memoryentry "
-                "WHERE app_id = %s AND user_id = %s AND id = ANY(%s::uuid[])",
-                [app.pk, user_id, ids],
-            )
-            in_scope = {row[0]: row[1:] for row in cursor.fetchall()}
+        in_scope = memory_selectors.entry_sizes_in_scope(app, user_id, ids)
     projected = []
     for hit in hits:
         row = in_scope.get(hit["id"])
