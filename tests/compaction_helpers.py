@@ -61,3 +61,10 @@ def response(seq: int, call_id: str, body=None, name: str = "lookup", **kw) -> S
     return source_event(
         seq, "tool", response=(call_id, name, body if body is not None else {"ok": seq}), **kw
     )
+
+
+def at_path(summary, path):
+    """The member of ``summary`` at ``path`` (keys and indexes)."""
+    for key in path:
+        summary = summary[key]
+    return summary

@@ -12,14 +12,13 @@ from django.core.management import CommandError, call_command
 from caching import registry
 from caching.models import CacheEntry, CacheScope
 from memory.models import MemoryEntry, OutboxJob
-from tests.diagnostics_helpers import (
+from tests.console.diagnostics_helpers import (
     MODEL,
     SID,
     USER,
     World,
     assert_seeded,
     build_world,
-    quiet_tasks,  # noqa: F401 - a fixture
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quiet_tasks")]

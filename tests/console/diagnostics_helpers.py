@@ -4,11 +4,15 @@ prefix-cache entry with a known provider resource name, and an ingestion job."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from rest_framework.test import APIClient
 
 from caching import registry
+from caching.models import CacheEntry, CacheScope
 from caching.providers import fake_adapter
 from tests.cache_helpers import PREFIX_MARKER, acquire, body, scope
 from tests.conftest import Tenant, make_tenant
@@ -36,24 +40,6 @@ class World:
     def forbidden(self) -> list[str]:
         """Strings that must appear in no diagnostics output."""
         return [MARK, SECRET, MEMORY_TEXT, PREFIX_MARKER, self.resource_name, self.owner.key]
-
-
-@pytest.fixture
-def quiet_tasks(monkeypatch, settings):
-    """Task messages kept off the broker (the tests run what they need), and the fake
-    cache provider reset."""
-    from caching.tasks import cleanup
-    from memory.tasks import drain_outbox, embed_pending
-    from sessions_app.tasks import run_compaction
-
-    for task in (cleanup, drain_outbox, embed_pending, run_compaction):
-        monkeypatch.setattr(task, "delay_on_commit", lambda *a, **k: None)
-    settings.CTXADMIN_CACHE_FAKE_DELAY_MS = 0
-    settings.CTXADMIN_CACHE_FAKE_FAILURE = ""
-    adapter = fake_adapter()
-    adapter.reset()
-    yield adapter
-    adapter.reset()
 
 
 def _ok(result, status: int = 201) -> dict:
@@ -154,3 +140,67 @@ def assert_seeded(world: World) -> None:
             cursor.execute(sql, [f"%{needle}%"])
             assert cursor.fetchone()[0] > 0, (sql, needle)
     assert world.resource_name in fake_adapter().resources
+
+
+CONTEXT = f"/dev/v1/context/acme/{USER}/{SID}"
+LIFECYCLE = f"{CONTEXT}/lifecycle"
+INVALIDATE = f"{CONTEXT}/cache/invalidate"
+MEMORY = f"/dev/v1/memory/acme/{USER}"
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+WRITE_PERMISSIONS = ("invalidate_cachescope", "erase_memoryentry")
+
+
+def operator(name: str = "operator", *, writes: bool = True):
+    """A staff user; with ``writes``, allowed the console's invalidate and erase."""
+    user = get_user_model().objects.create_user(name, password="pw-not-used", is_staff=True)
+    if writes:
+        user.user_permissions.add(*Permission.objects.filter(codename__in=WRITE_PERMISSIONS))
+    return user
+
+
+def confirmation(world: World, **changes) -> dict:
+    return {
+        "app_name": "acme",
+        "user_id": USER,
+        "session_id": SID,
+        "model": MODEL,
+        "scope_fingerprint": world.scope_fingerprint,
+        **changes,
+    }
+
+
+def endpoints(world: World, app: str = "acme") -> list[tuple[str, str, dict | None]]:
+    """(method, url, body) of every diagnostics endpoint, for ``app``."""
+    context = f"/dev/v1/context/{app}/{USER}/{SID}"
+    memory = f"/dev/v1/memory/{app}/{USER}"
+    return [
+        ("get", context, None),
+        ("get", f"{context}/lifecycle?model={MODEL}", None),
+        ("post", f"{context}/cache/invalidate", confirmation(world, app_name=app)),
+        ("post", f"{memory}/search", {"query": MARK}),
+        ("post", f"{memory}/erase", {"confirm": f"erase user {USER}"}),
+        ("get", f"/dev/v1/outbox/{app}/stats", None),
+        ("get", f"/dev/v1/outbox/{app}/jobs/{world.job_id}", None),
+    ]
+
+
+def send(client: APIClient, method: str, url: str, data: dict | None):
+    if method == "get":
+        return client.get(url)
+    return client.post(url, data, format="json")
+
+
+def assert_clean(world: World, *bodies: bytes) -> None:
+    for raw in bodies:
+        text = raw.decode()
+        for forbidden in world.forbidden():
+            assert forbidden not in text, (forbidden, text[:400])
+
+
+def cache_unchanged(world: World, generation: int) -> None:
+    row = CacheScope.objects.get(fingerprint=world.scope_fingerprint)
+    assert row.generation == generation
+    assert list(CacheEntry.objects.filter(scope=row).values_list("state", flat=True)) == ["active"]
+    assert registry.resolve(world.owner.app, world.lease).resource_name == world.resource_name

@@ -4,108 +4,29 @@ event text, state values, memory text, prefixes, resource names or credentials."
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
-from rest_framework.test import APIClient
 
 from caching import registry
 from caching.models import CacheEntry, CacheScope
-from ctxadmin.services import create_api_key
 from memory.models import ErasureReceipt, MemoryEntry
 from sessions_app.models import Checkpoint, Session
-from tests.diagnostics_helpers import (
+from tests.console.diagnostics_helpers import (
+    CONTEXT,
+    HEX64,
+    INVALIDATE,
+    LIFECYCLE,
     MARK,
+    MEMORY,
     MODEL,
-    SECRET,
     SID,
     USER,
-    World,
-    assert_seeded,
-    build_world,
-    quiet_tasks,  # noqa: F401 - a fixture
+    assert_clean,
+    cache_unchanged,
+    confirmation,
     seed_cache,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quiet_tasks")]
-
-CONTEXT = f"/dev/v1/context/acme/{USER}/{SID}"
-LIFECYCLE = f"{CONTEXT}/lifecycle"
-INVALIDATE = f"{CONTEXT}/cache/invalidate"
-MEMORY = f"/dev/v1/memory/acme/{USER}"
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-@pytest.fixture
-def world() -> World:
-    return build_world()
-
-
-WRITE_PERMISSIONS = ("invalidate_cachescope", "erase_memoryentry")
-
-
-def operator(name: str = "operator", *, writes: bool = True):
-    """A staff user; with ``writes``, allowed the console's invalidate and erase."""
-    user = get_user_model().objects.create_user(name, password="pw-not-used", is_staff=True)
-    if writes:
-        user.user_permissions.add(*Permission.objects.filter(codename__in=WRITE_PERMISSIONS))
-    return user
-
-
-@pytest.fixture
-def staff() -> APIClient:
-    client = APIClient()
-    client.force_login(operator())
-    return client
-
-
-def confirmation(world: World, **changes) -> dict:
-    return {
-        "app_name": "acme",
-        "user_id": USER,
-        "session_id": SID,
-        "model": MODEL,
-        "scope_fingerprint": world.scope_fingerprint,
-        **changes,
-    }
-
-
-def endpoints(world: World, app: str = "acme") -> list[tuple[str, str, dict | None]]:
-    """(method, url, body) of every diagnostics endpoint, for ``app``."""
-    context = f"/dev/v1/context/{app}/{USER}/{SID}"
-    memory = f"/dev/v1/memory/{app}/{USER}"
-    return [
-        ("get", context, None),
-        ("get", f"{context}/lifecycle?model={MODEL}", None),
-        ("post", f"{context}/cache/invalidate", confirmation(world, app_name=app)),
-        ("post", f"{memory}/search", {"query": MARK}),
-        ("post", f"{memory}/erase", {"confirm": f"erase user {USER}"}),
-        ("get", f"/dev/v1/outbox/{app}/stats", None),
-        ("get", f"/dev/v1/outbox/{app}/jobs/{world.job_id}", None),
-    ]
-
-
-def call(client: APIClient, method: str, url: str, data: dict | None):
-    if method == "get":
-        return client.get(url)
-    return client.post(url, data, format="json")
-
-
-def assert_clean(world: World, *bodies: bytes) -> None:
-    for raw in bodies:
-        text = raw.decode()
-        for forbidden in world.forbidden():
-            assert forbidden not in text, (forbidden, text[:400])
-
-
-def cache_unchanged(world: World, generation: int) -> None:
-    row = CacheScope.objects.get(fingerprint=world.scope_fingerprint)
-    assert row.generation == generation
-    assert list(CacheEntry.objects.filter(scope=row).values_list("state", flat=True)) == ["active"]
-    assert registry.resolve(world.owner.app, world.lease).resource_name == world.resource_name
-
 
 # ----------------------------------------------------------------------------- context
 
@@ -353,7 +274,7 @@ def test_invalidate_of_a_missing_session_is_404_and_changes_nothing(world):
 
 
 def test_memory_search_projects_ids_scores_times_and_sizes(world):
-    from tests.diagnostics_helpers import seed_memories
+    from tests.console.diagnostics_helpers import seed_memories
 
     seed_memories(world.owner.client(), "acme", user="bob")  # the same text, another user
     response = world.owner.client().post(
@@ -393,7 +314,7 @@ def test_memory_search_projects_ids_scores_times_and_sizes(world):
 
 def test_a_hit_outside_the_scope_is_never_reported(world, monkeypatch):
     from memory import search as memory_services
-    from tests.diagnostics_helpers import seed_memories
+    from tests.console.diagnostics_helpers import seed_memories
 
     bobs = seed_memories(world.owner.client(), "acme", user="bob")
     search = memory_services.search
@@ -461,141 +382,3 @@ def test_outbox_stats_and_job(world):
         response = client.get(f"/dev/v1/outbox/acme/jobs/{missing}")
         assert response.status_code == 404
     assert client.get("/dev/v1/outbox/acme/stats?x=1").status_code == 400
-
-
-# ----------------------------------------------------------------------------- leaks
-
-
-def test_no_diagnostics_response_carries_content_or_secrets(world, staff):
-    assert_seeded(world)
-    bodies = []
-    for client in (world.owner.client(), staff):
-        for method, url, data in endpoints(world):
-            if url.endswith("/erase") or url.endswith("/invalidate"):
-                continue  # the writes run once, below
-            response = call(client, method, url, data)
-            assert response.status_code == 200, (url, response.content)
-            bodies.append(response.content)
-        for url in (f"{CONTEXT}?max_bytes=200", f"{LIFECYCLE}?model={MODEL}", LIFECYCLE):
-            bodies.append(client.get(url).content)
-        # Errors name fields, never their values.
-        bodies.append(
-            client.post(INVALIDATE, confirmation(world, model=MARK), format="json").content
-        )
-        bodies.append(client.post(f"{MEMORY}/search", {"query": SECRET}, format="json").content)
-    bodies.append(world.owner.client().post(INVALIDATE, confirmation(world), format="json").content)
-    bodies.append(
-        staff.post(f"{MEMORY}/erase", {"confirm": f"erase user {USER}"}, format="json").content
-    )
-    assert len(bodies) == 22
-    assert_clean(world, *bodies)
-
-
-# ----------------------------------------------------------------------------- who may call
-
-
-def test_a_diagnostics_key_of_another_app_gets_404_everywhere(world):
-    _key, raw = create_api_key(world.outsider.app, ["diagnostics", "cache", "memory"])
-    client = world.outsider.client(raw)
-    for method, url, data in endpoints(world):
-        response = call(client, method, url, data)
-        assert response.status_code == 404, (url, response.content)
-        assert response.json()["error"]["code"] == "not_found"
-    # Its own app answers (an empty one: the session is not there).
-    assert client.get("/dev/v1/outbox/globex/stats").status_code == 200
-    assert client.get(f"/dev/v1/context/globex/{USER}/{SID}").status_code == 404
-    cache_unchanged(world, 1)
-    assert MemoryEntry.objects.filter(user_id=USER).count() == 2
-
-
-def test_a_key_without_the_diagnostics_scope_gets_403(world):
-    _key, raw = create_api_key(world.owner.app, ["sessions", "memory", "cache", "admin"])
-    client = world.owner.client(raw)
-    for method, url, data in endpoints(world):
-        response = call(client, method, url, data)
-        assert response.status_code == 403, (url, response.content)
-        error = response.json()["error"]
-        assert error["code"] == "permission_denied" and "diagnostics" in error["message"]
-    cache_unchanged(world, 1)
-
-
-def test_the_writes_also_need_the_domain_scope(world):
-    _key, raw = create_api_key(world.owner.app, ["diagnostics"])
-    client = world.owner.client(raw)
-    for method, url, data in endpoints(world):
-        response = call(client, method, url, data)
-        if url.endswith("/invalidate"):
-            assert response.status_code == 403 and "'cache'" in response.json()["error"]["message"]
-        elif url.endswith("/erase"):
-            assert response.status_code == 403 and "'memory'" in response.json()["error"]["message"]
-        else:
-            assert response.status_code == 200, (url, response.content)
-    cache_unchanged(world, 1)
-    assert MemoryEntry.objects.filter(user_id=USER).count() == 2
-
-
-def test_a_staff_session_reaches_every_app(world, staff):
-    for method, url, data in endpoints(world):
-        if url.endswith("/erase"):
-            continue
-        response = call(staff, method, url, data)
-        assert response.status_code == 200, (url, response.content)
-    assert CacheScope.objects.get(fingerprint=world.scope_fingerprint).generation == 2
-    # Another app: its own data, or 404 for what it does not have; a missing app is 404.
-    assert staff.get("/dev/v1/outbox/globex/stats").json()["app"] == "globex"
-    assert staff.get(f"/dev/v1/context/globex/{USER}/{SID}").status_code == 404
-    assert staff.get("/dev/v1/outbox/nosuchapp/stats").status_code == 404
-    assert staff.get("/dev/v1/outbox/acme/stats?x=1").json()["error"]["code"] == (
-        "unknown_parameter"
-    )
-    assert staff.get("/dev/v1/outbox/Bad_App/stats").status_code == 400
-    receipt = staff.post(f"{MEMORY}/erase", {"confirm": f"erase user {USER}"}, format="json")
-    assert receipt.status_code == 200, receipt.content
-    operator = get_user_model().objects.get(username="operator")
-    assert receipt.json()["erased_by"] == f"op:{operator.pk}"
-
-
-def test_a_staff_session_without_the_permissions_only_reads(world):
-    client = APIClient()
-    client.force_login(operator(writes=False))
-    for method, url, data in endpoints(world):
-        response = call(client, method, url, data)
-        if method == "post" and not url.endswith("/search"):
-            assert response.status_code == 403, (url, response.content)
-            error = response.json()["error"]
-            assert error["code"] == "permission_denied" and "permission" in error["message"]
-        else:
-            assert response.status_code == 200, (url, response.content)
-    cache_unchanged(world, 1)
-    assert MemoryEntry.objects.filter(user_id=USER).count() == 2
-
-
-def test_a_staff_session_needs_the_csrf_token_to_write(world):
-    client = APIClient(enforce_csrf_checks=True)
-    client.force_login(operator())
-    assert client.get(CONTEXT).status_code == 200
-    refused = client.post(INVALIDATE, confirmation(world), format="json")
-    assert refused.status_code == 403
-    assert refused.json()["error"]["code"] == "permission_denied"
-    cache_unchanged(world, 1)
-    token = "abcdefghijklmnopqrstuvwxyzABCDEF"  # a CSRF secret, as the cookie carries it
-    client.cookies["csrftoken"] = token
-    accepted = client.post(INVALIDATE, confirmation(world), format="json", HTTP_X_CSRFTOKEN=token)
-    assert accepted.status_code == 200, accepted.content
-
-
-def test_a_non_staff_session_gets_403_and_anonymous_401(world):
-    user = get_user_model().objects.create_user("someone", password="pw")
-    member = APIClient()
-    member.force_login(user)
-    anonymous = APIClient()
-    for method, url, data in endpoints(world):
-        response = call(member, method, url, data)
-        assert response.status_code == 403, (url, response.content)
-        assert response.json()["error"]["code"] == "permission_denied"
-        response = call(anonymous, method, url, data)
-        assert response.status_code == 401, (url, response.content)
-        assert response.json()["error"]["code"] == "not_authenticated"
-        assert response["WWW-Authenticate"].startswith("Bearer")
-    cache_unchanged(world, 1)
-    assert MemoryEntry.objects.filter(user_id=USER).count() == 2
