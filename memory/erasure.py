@@ -26,10 +26,10 @@ from django.db import connection, transaction
 from ctxadmin.canonical import fingerprint
 from ctxadmin.errors import ServiceError, not_found, uuid_or_404
 from ctxadmin.models import App
+from ctxadmin.timestamps import iso_timestamp
 from memory.governance import refuse_if_held
 from memory.models import ErasureReceipt
 from memory.scope import advance_epoch, current_epoch, lock_scope, scope_fingerprint
-from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
 

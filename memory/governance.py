@@ -20,6 +20,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 
 from ctxadmin.errors import ServiceError, not_found
 from ctxadmin.models import App
+from ctxadmin.timestamps import iso_timestamp
 from memory.inputs import (
     DEFAULT_POLICY,
     POLICY_KEYS,
@@ -30,7 +31,6 @@ from memory.inputs import (
 )
 from memory.models import Consent, LegalHold, MemoryPolicy
 from memory.scope import lock_scope
-from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ctxadmin.canonical import canonical_json, canonical_size, fingerprint
 from ctxadmin.pruning import echoed, prune_secrets
+from ctxadmin.timestamps import iso_timestamp
 
 # Kinds of content, as bits (stored in Event.kinds; filterable in SQL and in Python).
 TEXT = 1
@@ -125,17 +126,6 @@ def _bool(value: Any, path: str) -> bool:
     if not isinstance(value, bool):
         raise EventError(path, "must be true or false")
     return value
-
-
-def iso_timestamp(value: datetime) -> str:
-    """ISO 8601 in UTC as PostgreSQL's ``to_json`` writes it (trailing zeros of the fraction
-    dropped), so an event reads the same from the append response and from any later read."""
-    text = value.astimezone(UTC).isoformat()
-    if value.microsecond:
-        head, _, tail = text.partition(".")
-        fraction, zone = tail[:6], tail[6:]
-        text = f"{head}.{fraction.rstrip('0')}{zone}"
-    return text
 
 
 def parse_timestamp(value: Any, path: str = "timestamp") -> datetime:

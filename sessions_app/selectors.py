@@ -26,7 +26,6 @@ from sessions_app.events import (
     KIND_BITS,
     EventError,
     EventLimits,
-    iso_timestamp,
     parse_timestamp,
     validate_event,
 )
@@ -35,7 +34,7 @@ from sessions_app.signals import invocation_completed
 from sessions_app.store import decode
 
 # The event format and the signal, for other apps: memory validates the events it is sent
-# (``validate_event``), parses and writes times as sessions do, decodes jsonb read by a raw
+# (``validate_event``), parses times as sessions do, decodes jsonb read by a raw
 # cursor, and admits ingestion when an invocation completes.
 __all__ = [
     "EventError",
@@ -44,7 +43,6 @@ __all__ = [
     "events_after",
     "has_events_after",
     "invocation_completed",
-    "iso_timestamp",
     "parse_timestamp",
     "session_exists",
     "validate_event",

@@ -14,7 +14,8 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from sessions_app.events import Derived, estimate_tokens, iso_timestamp
+from ctxadmin.timestamps import iso_timestamp
+from sessions_app.events import Derived, estimate_tokens
 
 # jsonb arrives as text on Django's connections (its JSONField decodes); decode here.
 _loads = json.loads

@@ -25,6 +25,7 @@ from ctxadmin.canonical import canonical_size
 from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
+from ctxadmin.timestamps import iso_timestamp
 from memory import erasure
 from memory import inputs as memory_inputs
 from memory import search as memory_searches
@@ -34,7 +35,6 @@ from runner.context import build_context
 from runner.inputs import ContextRequest
 from sessions_app import selectors as sessions
 from sessions_app.context.policy import ContextPolicy
-from sessions_app.events import iso_timestamp
 from sessions_app.models import Checkpoint, Session
 
 logger = logging.getLogger("console.diagnostics")

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from ctxadmin.errors import ServiceError, not_found, uuid_or_404
 from ctxadmin.models import App
+from ctxadmin.timestamps import iso_timestamp
 from ctxadmin.wake import wake
 from memory.models import OutboxJob
 from memory.outbox.jobs import (
@@ -20,7 +21,6 @@ from memory.outbox.jobs import (
     TERMINAL_SQL,
     end_jobs,
 )
-from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.outbox")
 

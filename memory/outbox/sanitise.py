@@ -8,9 +8,9 @@ import logging
 from django.conf import settings
 
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
+from ctxadmin.timestamps import iso_timestamp
 from memory import ingest
 from memory.inputs import REDACTED
-from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.outbox")
 

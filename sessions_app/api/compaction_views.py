@@ -13,11 +13,11 @@ from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.errors import ServiceError, invalid, strict_object
 from ctxadmin.models import SCOPE_SESSIONS
+from ctxadmin.timestamps import iso_timestamp
 from sessions_app import history
 from sessions_app.api.views import JSON, SessionsScopedView
 from sessions_app.compaction import policies, requests
 from sessions_app.compaction.policy import DEFAULT_POLICY, LIMITS
-from sessions_app.events import iso_timestamp
 from sessions_app.models import Checkpoint
 
 REQUEST_KEYS = frozenset(

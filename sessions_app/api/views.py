@@ -18,9 +18,10 @@ from ctxadmin.api.views import AppScopedView
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.models import SCOPE_SESSIONS
 from ctxadmin.pruning import echoed
+from ctxadmin.timestamps import iso_timestamp
 from sessions_app import history, selectors, services
 from sessions_app import state as scopes
-from sessions_app.events import CONTENT_TYPES, EventError, iso_timestamp, parse_timestamp
+from sessions_app.events import CONTENT_TYPES, EventError, parse_timestamp
 from sessions_app.models import Event, Session
 
 JSON = "application/json"

@@ -20,9 +20,9 @@ from django.db.models.functions import Now
 
 from ctxadmin.errors import ServiceError, not_found
 from ctxadmin.models import App
+from ctxadmin.timestamps import iso_timestamp
 from sessions_app.artifacts import rules, storage
 from sessions_app.artifacts.models import ArtifactHead, ArtifactVersion
-from sessions_app.events import iso_timestamp
 from sessions_app.models import Session
 
 # A save whose name is deleted between taking the head and locking it starts again.

@@ -15,7 +15,7 @@ BATCH = 1000
 
 
 def _iso(value) -> str:
-    # As sessions_app.events.iso_timestamp (and PostgreSQL's to_json) write it.
+    # As ctxadmin.timestamps.iso_timestamp (and PostgreSQL's to_json) write it.
     text = value.astimezone(UTC).isoformat()
     if value.microsecond:
         head, _, tail = text.partition(".")

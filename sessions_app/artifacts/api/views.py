@@ -16,10 +16,10 @@ from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.errors import ServiceError, strict_object
 from ctxadmin.models import SCOPE_SESSIONS
+from ctxadmin.timestamps import iso_timestamp
 from sessions_app import services as session_services
 from sessions_app.artifacts import rules, services
 from sessions_app.artifacts.models import ArtifactHead
-from sessions_app.events import iso_timestamp
 from sessions_app.models import ToolToken
 
 JSON = "application/json"
