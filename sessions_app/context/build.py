@@ -94,7 +94,7 @@ def _memory_retrieval(value: Any) -> MemoryRetrieval:
         search = memory_inputs.parse_search(search_body)
     except ServiceError as exc:
         field = exc.details.get("field", "")
-        raise invalid(f"memory.{field}", str(exc.detail).split(": ", 1)[-1]) from None
+        raise invalid(f"memory.{field}", exc.message.split(": ", 1)[-1]) from None
     return MemoryRetrieval(search, budgets["max_hit_bytes"], budgets["max_total_bytes"], on_error)
 
 
