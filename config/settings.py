@@ -169,7 +169,7 @@ CTXADMIN_MEMORY_SCOPE_INDEX_BUILD_MEMORY_MB = env.int(
     "CTXADMIN_MEMORY_SCOPE_INDEX_BUILD_MEMORY_MB", 256, minimum=16, maximum=65536
 )
 
-# The durable ingestion outbox (memory/outbox.py).
+# The durable ingestion outbox (memory/outbox/).
 CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS = env.int("CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS", 10_000, minimum=1)
 CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS_PER_SCOPE = env.int(
     "CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS_PER_SCOPE", 100, minimum=1

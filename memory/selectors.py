@@ -20,8 +20,8 @@ APPS_SHOWN = 20
 
 def outbox_summary(now: datetime, hours: list[datetime]) -> dict:
     """Active jobs by phase; the oldest job waiting past its due time and the running jobs
-    whose lease has expired (as ``memory.outbox.stats``, for every app); jobs that ended in
-    each hour, by phase; and all rows, active and ended."""
+    whose lease has expired (as ``memory.outbox.operations.stats``, for every app); jobs
+    that ended in each hour, by phase; and all rows, active and ended."""
     active = dict(
         OutboxJob.objects.filter(phase__in=OutboxJob.ACTIVE)
         .values_list("phase")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxadmin.api.paths import ID_PATTERN
+from ctxadmin.api.paths import ID_PATTERN, MAX_ID_LENGTH
 from memory.filters import MAX_CONDITIONS, MAX_IN_VALUES, MAX_STRING_BYTES
 from memory.inputs import (
     EMBED_MODES,
@@ -18,12 +18,12 @@ from memory.inputs import (
     MODES,
     SCORE_TYPES,
 )
-from memory.models import OutboxJob
+from memory.models import ErasureReceipt, OutboxJob
 from memory.outbox.admission import MAX_ATTEMPTS_LIMIT, MAX_JOB_EVENTS
 
 _OBJECT = {"type": "object", "additionalProperties": True}
 _NULLABLE_STRING = {"type": "string", "nullable": True}
-_SESSION_ID = {"type": "string", "pattern": f"^{ID_PATTERN}$", "maxLength": 128}
+_SESSION_ID = {"type": "string", "pattern": f"^{ID_PATTERN}$", "maxLength": MAX_ID_LENGTH}
 # A provenance id; empty or null when there is none.
 _NULLABLE_ID = {"type": "string", "pattern": f"^(?:{ID_PATTERN})?$", "nullable": True}
 _NULLABLE_TIME = {"type": "string", "format": "date-time", "nullable": True}
@@ -255,7 +255,7 @@ COMPONENTS["MemoryUserErasure"] = _strict(
 COMPONENTS["MemoryErasureReceipt"] = _strict(
     {
         "receipt_id": {"type": "string", "format": "uuid"},
-        "kind": {"enum": ["entry", "session", "user"]},
+        "kind": {"enum": [kind for kind, _label in ErasureReceipt.KINDS]},
         "scope_fingerprint": {
             **_FINGERPRINT,
             "description": "sha256 of the canonical JSON of {app_id, user_id}",

@@ -13,12 +13,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_json, fingerprint
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.models import App
 from ctxadmin.wake import wake
 from memory import governance
+from memory.inputs import ID
 from memory.models import OutboxJob
 from memory.outbox.jobs import (
     ACTIVE_SQL,
@@ -55,7 +55,7 @@ def parse_request(body: Any) -> tuple[str, int, int]:
     """``{"session_id", "after_seq"?, "max_attempts"?}`` → (session id, after_seq, attempts)."""
     strict_object(body, ADMIT_KEYS)
     session_id = body.get("session_id")
-    if not isinstance(session_id, str) or path_segment_error("sid", session_id):
+    if not isinstance(session_id, str) or not ID.match(session_id):
         raise invalid("session_id", "must be a session id")
     after_seq = body.get("after_seq", 0)
     if after_seq is None:

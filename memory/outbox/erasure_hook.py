@@ -3,8 +3,6 @@ process imports it from ``memory.apps``): an erasure cancels the scope's queued 
 
 from __future__ import annotations
 
-import logging
-
 from django.db import connection
 
 from ctxadmin.models import App
@@ -16,8 +14,6 @@ from memory.outbox.jobs import (
     MESSAGES,
     end_jobs,
 )
-
-logger = logging.getLogger("ctxadmin.outbox")
 
 
 @erasure.register_queued_work_eraser

@@ -4,14 +4,10 @@ phase, so every end clears the payload and the owner alike)."""
 
 from __future__ import annotations
 
-import logging
-
 from prometheus_client import Counter
 
 from ctxadmin.errors import ServiceError
 from memory.models import OutboxJob
-
-logger = logging.getLogger("ctxadmin.outbox")
 
 ADMISSIONS = Counter(
     "ctxadmin_outbox_admissions_total",

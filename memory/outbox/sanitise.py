@@ -3,16 +3,12 @@ redacted, or the reason it is skipped."""
 
 from __future__ import annotations
 
-import logging
-
 from django.conf import settings
 
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
 from ctxadmin.timestamps import iso_timestamp
 from memory import ingest
 from memory.inputs import REDACTED
-
-logger = logging.getLogger("ctxadmin.outbox")
 
 
 def sanitise(row: dict) -> tuple[dict, bool]:

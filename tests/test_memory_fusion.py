@@ -1,0 +1,79 @@
+"""The pure scoring and rank fusion of memory search (``memory/fusion.py``): no database."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memory.fusion import (
+    BM25_B,
+    BM25_K1,
+    RRF_K,
+    Fusion,
+    bm25_ceiling,
+    bm25_idf,
+    choose,
+    filled,
+    fuse,
+    normalised,
+)
+
+
+def test_choose_weights_then_calibration_then_rrf():
+    assert choose({"vector": 2}, 0.3) == Fusion("weighted", 1.0, 2.0)
+    assert choose(None, None) == Fusion("rrf")
+    assert choose(None, 0) == Fusion("fill")
+    assert choose(None, 0.3) == Fusion("weighted", 0.7, 0.3)
+
+
+def test_bm25_idf_and_ceiling():
+    assert bm25_idf(10, 1) == math.log(1 + 9.5 / 1.5)
+    assert bm25_idf(10, 10) < bm25_idf(10, 5) < bm25_idf(10, 1)
+    assert bm25_ceiling() == (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B))
+
+
+def test_normalised_maps_onto_zero_to_one():
+    assert normalised([]) == {}
+    assert normalised([("a", 3.0), ("b", 2.0), ("c", 1.0)]) == {"a": 1.0, "b": 0.5, "c": 0.0}
+    assert normalised([("a", 2.0), ("b", 2.0)]) == {"a": 1.0, "b": 1.0}
+
+
+def test_rrf_adds_each_rankings_reciprocal_rank():
+    fused = fuse(Fusion("rrf"), [("a", 9), ("b", 8)], [("b", 0.9), ("c", 0.8)], 10)
+    assert dict(fused) == {
+        "a": 1 / (RRF_K + 1),
+        "b": 1 / (RRF_K + 2) + 1 / (RRF_K + 1),
+        "c": 1 / (RRF_K + 2),
+    }
+    assert [entry_id for entry_id, _ in fused] == ["b", "a", "c"]
+
+
+def test_weighted_fusion_and_the_limit():
+    fused = fuse(Fusion("weighted", 1.0, 2.0), [("a", 5), ("b", 1)], [("b", 0.9), ("c", 0.1)], 2)
+    assert fused == [("b", 2.0), ("a", 1.0)]
+
+
+def test_equal_scores_keep_the_lexical_order_first():
+    fused = fuse(Fusion("weighted"), [("a", 1), ("b", 1)], [("c", 1)], 10)
+    assert [entry_id for entry_id, _ in fused] == ["a", "b", "c"]
+
+
+def test_filled_scores_rank_by_rank_on_the_rrf_scale():
+    assert filled(["x", "y", "z"], 2) == [("x", 1 / (RRF_K + 1)), ("y", 1 / (RRF_K + 2))]
+
+
+RANKING = st.lists(
+    st.tuples(st.sampled_from("abcdefgh"), st.floats(-10, 10)), max_size=8, unique_by=lambda r: r[0]
+)
+
+
+@given(RANKING, RANKING, st.integers(1, 10), st.sampled_from(["rrf", "weighted"]))
+def test_fusion_holds_each_entry_once_best_first_within_the_limit(lexical, vector, limit, method):
+    fused = fuse(Fusion(method), lexical, vector, limit)
+    ids = [entry_id for entry_id, _ in fused]
+    assert len(ids) == len(set(ids)) <= limit
+    assert set(ids) <= {entry_id for entry_id, _ in lexical + vector}
+    scores = [score for _, score in fused]
+    assert scores == sorted(scores, reverse=True)
