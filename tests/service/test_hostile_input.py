@@ -14,8 +14,8 @@ from urllib.parse import quote
 import pytest
 from django.conf import settings
 
-from tests.test_authorization_matrix import MATRIX
-from tests.test_tenant_isolation import fill
+from tests.service.test_authorization_matrix import MATRIX
+from tests.service.test_tenant_isolation import fill
 
 BODIES = {
     "malformed": b'{"a": ',

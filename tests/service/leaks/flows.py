@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from ctxadmin.services import create_api_key
 from tests.conftest import Tenant, make_tenant
-from tests.leaks.conftest import (
+from tests.service.leaks.conftest import (
     BASE,
     FILLER,
     LONG_INSTRUCTIONS,

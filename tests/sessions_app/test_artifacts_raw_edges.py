@@ -14,7 +14,7 @@ from django.core.handlers.wsgi import WSGIHandler
 from ctxadmin import stack
 from sessions_app.artifacts.models import ArtifactHead, ArtifactVersion
 from tests.conftest import make_tenant
-from tests.test_artifacts import base, counts, error, make_session, save_raw
+from tests.sessions_app.test_artifacts import base, counts, error, make_session, save_raw
 
 JSON_SAVE = b'{"data_base64": "aGk=", "mime_type": "text/plain"}'
 
@@ -220,7 +220,7 @@ def _send(port: int, tenant, head: bytes, body: bytes) -> bytes:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_body_that_ends_early_through_gunicorn_is_refused_and_stores_nothing(tmp_path):
-    from tests.test_outbox_worker import _web_server
+    from tests.memory.test_outbox_worker import _web_server
 
     tenant = make_tenant("acme")
     make_session(tenant)

@@ -16,7 +16,7 @@ from caching.models import CacheEntry
 from caching.providers import fake_adapter
 from tests.cache_helpers import body, scope
 from tests.conftest import make_tenant
-from tests.test_sessions_schema import check
+from tests.sessions_app.test_sessions_schema import check
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

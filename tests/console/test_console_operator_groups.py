@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from caching.models import CacheScope
 from memory.models import ErasureReceipt, MemoryEntry, OutboxJob
-from tests.test_admin_content import quiet, seeded  # noqa: F401 - fixtures
+from tests.console.test_admin_content import quiet, seeded  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

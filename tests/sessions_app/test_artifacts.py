@@ -14,7 +14,7 @@ from ctxadmin.errors import ServiceError
 from ctxadmin.services import create_api_key
 from sessions_app.artifacts import rules, services
 from sessions_app.artifacts.models import ArtifactHead, ArtifactVersion
-from tests.test_sessions_schema import check
+from tests.sessions_app.test_sessions_schema import check
 
 pytestmark = pytest.mark.django_db
 

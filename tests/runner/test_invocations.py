@@ -13,7 +13,7 @@ from memory.outbox import worker
 from runner import fake_model
 from sessions_app.models import Checkpoint, Event, Invocation
 from tests.conftest import make_tenant
-from tests.test_sessions_schema import check
+from tests.sessions_app.test_sessions_schema import check
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from memory.filters import (
     FilterError,
     compile_filter,
 )
-from tests.test_memory_filters import TEXT
+from tests.memory.test_memory_filters import TEXT
 
 # ---------------------------------------------------------------------------- PostgreSQL
 

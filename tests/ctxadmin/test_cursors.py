@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import make_tenant
-from tests.test_tenant_isolation import SAMPLE
+from tests.service.test_tenant_isolation import SAMPLE
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from ctxadmin.services import create_api_key, revoke_api_keys
 from sessions_app import tool_tokens
 from sessions_app.models import Session, ToolToken
 from tests.conftest import make_tenant
-from tests.test_tenant_isolation import SAMPLE, fill, tenant_routes
+from tests.service.test_tenant_isolation import SAMPLE, fill, tenant_routes
 
 S, M, C, D, A = "sessions", "memory", "cache", "diagnostics", "admin"
 NONE = None  # any key of the app (no scope needed)

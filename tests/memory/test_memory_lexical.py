@@ -16,7 +16,7 @@ from memory import fusion, inputs
 from memory import search as memory_search
 from memory.models import MemoryEntry
 from tests.conftest import make_tenant
-from tests.test_memory_api import add, search, url
+from tests.memory.test_memory_api import add, search, url
 
 
 def recomputed() -> tuple[set, set]:
@@ -280,7 +280,7 @@ class TestHybridWithTheHashingEmbedder:
 
 def test_each_embedder_s_default_fusion(settings):
     from memory.embeddings import LocalEmbedder
-    from tests.test_embeddings import LOCAL_INSTALLED
+    from tests.memory.test_embeddings import LOCAL_INSTALLED
 
     request = inputs.parse_search({"query": "q"})
     settings.CTXADMIN_EMBEDDER = "hashing"

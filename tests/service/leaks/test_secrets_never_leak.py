@@ -32,14 +32,14 @@ from caching.providers import fake_adapter
 from config.celery import app as celery_app
 from ctxadmin.telemetry import JsonFormatter
 from tests.conftest import make_operator, make_tenant
-from tests.leaks.conftest import (
+from tests.service.leaks.conftest import (
     BASE,
     TAG,
     Canaries,
     LogTap,
     every_logger_at_debug,
 )
-from tests.leaks.flows import (
+from tests.service.leaks.flows import (
     Run,
     console_pages,
     database_text,

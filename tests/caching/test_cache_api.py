@@ -12,7 +12,7 @@ from caching.providers import fake_adapter
 from ctxadmin.services import create_api_key
 from tests.cache_helpers import PREFIX_MARKER, body, prefix, scope
 from tests.conftest import make_tenant
-from tests.test_sessions_schema import check
+from tests.sessions_app.test_sessions_schema import check
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

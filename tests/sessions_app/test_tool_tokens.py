@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from sessions_app.models import ToolToken
 from tests.conftest import make_tenant
-from tests.test_sessions_schema import check
+from tests.sessions_app.test_sessions_schema import check
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
