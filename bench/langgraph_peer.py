@@ -84,7 +84,7 @@ class Peer:
     def __init__(self, database_url: str, app_id: int):
         from langgraph.store.postgres import PostgresStore
 
-        from memory.embeddings import HashingEmbedder
+        from memory.embedders import HashingEmbedder
 
         self.source_url, self.app_id = database_url, app_id
         self.url = make_conninfo(database_url, dbname=PEER_DB)

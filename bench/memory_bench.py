@@ -211,7 +211,7 @@ def minilm_rankings(
     text, ``depth`` deep."""
     import numpy as np
 
-    from memory.embeddings import embed_all
+    from memory.embedders import embed_all
 
     deadline = time.monotonic() + 3600
     corpus = np.array(
@@ -309,7 +309,7 @@ def local_service_rankings(prepared: list[dict]) -> tuple[list[dict], dict[str, 
 
 def default_fusion_weight(model: str | None) -> float | None:
     """The vector weight the service's hybrid search gives the embedder named ``model``."""
-    from memory.embeddings import HashingEmbedder, LocalEmbedder
+    from memory.embedders import HashingEmbedder, LocalEmbedder
 
     if model and model.startswith("hashing"):
         return HashingEmbedder.fusion_weight
@@ -335,7 +335,7 @@ def locomo_recall(api, *, local: bool = True) -> dict:
     if local:
         from django.core.exceptions import ImproperlyConfigured
 
-        from memory.embeddings import LocalEmbedder
+        from memory.embedders import LocalEmbedder
 
         try:
             embedder = LocalEmbedder()
@@ -454,7 +454,7 @@ class Words:
 
 @lru_cache(maxsize=1)
 def _embedder():
-    from memory.embeddings import HashingEmbedder
+    from memory.embedders import HashingEmbedder
 
     return HashingEmbedder(DIMENSION)
 

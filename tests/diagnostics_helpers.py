@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from caching import registry
-from caching.providers import fake_adapter
+from caching.adapters import fake_adapter
 from tests.cache_helpers import PREFIX_MARKER, acquire, body, scope
 from tests.conftest import Tenant, make_tenant
 from tests.sessions_helpers import call, response, sessions_url, text

@@ -278,8 +278,8 @@ class TestHybridWithTheHashingEmbedder:
 
 
 def test_each_embedder_s_default_fusion(settings):
-    from memory.embeddings import LocalEmbedder
-    from tests.test_embeddings import LOCAL_INSTALLED
+    from memory.embedders import LocalEmbedder
+    from tests.embedding_helpers import LOCAL_INSTALLED
 
     request = services.parse_search({"query": "q"})
     settings.CTXADMIN_EMBEDDER = "hashing"

@@ -39,7 +39,7 @@ from django.urls import reverse
 from kombu import Exchange, Queue
 from rest_framework.test import APIClient
 
-from caching.providers import fake_adapter
+from caching.adapters import fake_adapter
 from config.celery import app as celery_app
 from ctxadmin.services import create_api_key
 from ctxadmin.telemetry import JsonFormatter
