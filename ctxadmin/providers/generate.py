@@ -1,6 +1,7 @@
 """One model call with tools (function calling), over the same three wire formats as
 ``complete_json``: Gemini ``generateContent``, OpenAI-compatible ``chat/completions`` and
-Anthropic ``messages``.
+Anthropic ``messages`` (built and read in ``gemini``, ``openai_compat`` and ``anthropic``;
+this module checks the arguments and picks the format).
 
 Contents, parts and tool declarations are in ctxadmin's session event format (see
 ``sessions_app.events``): ``{"role": "user"|"model", "parts": [...]}`` where a part is
