@@ -18,8 +18,7 @@ run: $(STAMP)
 	$(BIN)/python manage.py run
 
 ## Install what is needed, start what is needed, run every test.
-test: $(STAMP) browser
-	$(BIN)/ruff check .
+test: $(STAMP) browser lint
 	$(BIN)/python -m pytest
 
 # The browser test drives Debian's chromium through its chromedriver. As root with apt-get,
@@ -49,8 +48,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
+## Style and the plan of the house: ruff, then the import contracts (pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 ## Regenerate the committed OpenAPI snapshot (docs/openapi.yaml).
 schema: $(STAMP)

@@ -28,7 +28,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from importlib.metadata import version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ctxadmin.stack import EmbeddedPostgres
 
 if TYPE_CHECKING:
     from google.adk.events import Event
@@ -80,6 +83,7 @@ def _conversation(rng: random.Random, count: int, tag: str) -> Iterator[Event]:
     events per tool unit. Events are built lazily so each carries the time it is appended.
     Every tenth event carries a small state delta with session and ``user:`` keys.
     """
+    # google-adk: an optional bench extra, imported only when the peer runs.
     from google.adk.events import Event, EventActions
     from google.genai import types
 
@@ -160,6 +164,7 @@ async def _append_all(
 
 def _urls(database_url: str) -> tuple[str, str]:
     """The asyncpg DSN of the server's ``postgres`` database and ADK's SQLAlchemy URL."""
+    # sqlalchemy: a bench extra (with google-adk), imported only when the peer runs.
     from sqlalchemy.engine import make_url
 
     # Query options such as libpq's sslmode are not asyncpg connect arguments.
@@ -170,6 +175,7 @@ def _urls(database_url: str) -> tuple[str, str]:
 
 
 async def _fresh_database(admin_dsn: str) -> None:
+    # asyncpg: a bench extra (with google-adk), imported only when the peer runs.
     import asyncpg
 
     conn = await asyncpg.connect(admin_dsn)
@@ -184,6 +190,7 @@ async def _fresh_database(admin_dsn: str) -> None:
 
 
 async def _run(database_url: str, events: int, sessions: int) -> dict[str, Any]:
+    # google-adk: an optional bench extra, imported only when the peer runs.
     from google.adk.flows.llm_flows.contents import _get_contents
     from google.adk.sessions import DatabaseSessionService
     from google.adk.sessions.base_session_service import GetSessionConfig
@@ -337,10 +344,6 @@ def run(database_url: str, *, events: int = 2000, sessions: int = 5000) -> dict:
 
 
 def main() -> None:
-    from pathlib import Path
-
-    from ctxadmin.stack import EmbeddedPostgres
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--sessions", type=int, default=5000)

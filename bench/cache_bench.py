@@ -29,7 +29,10 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from bench.sections import splice
+from bench.client import Api
+from bench.machine import machine, postgres_version
+from bench.sections import REPORT, splice
+from bench.service import bench_client, bench_service, stop_service
 from ctxadmin import stack
 from ctxadmin.testing.fake_gemini_cache import FakeGeminiCache
 
@@ -125,8 +128,6 @@ def _latency(samples: list[float]) -> dict[str, float]:
 
 def _hit_client(base_url: str, key: str, app: str, body: dict, barrier, results) -> None:
     """One of the concurrent hit clients, in its own process."""
-    from bench.__main__ import Api
-
     try:
         api = Api(base_url, key, app)
         api.connection.connect()
@@ -216,8 +217,6 @@ def hits(api, label: str) -> dict:
 
 
 def _burst_caller(base_url: str, key: str, app: str, body: dict, barrier, answers: list):
-    from bench.__main__ import Api
-
     try:
         api = Api(base_url, key, app)
         api.connection.connect()
@@ -462,8 +461,6 @@ SECTION = "## Prefix cache"
 
 
 def main() -> None:
-    from bench.__main__ import REPORT, bench_client, bench_service, machine, postgres_version
-
     fake = start_provider()
     try:
         service = bench_service(stack.var_dir() / "bench-cache", service_env(fake))
@@ -472,9 +469,7 @@ def main() -> None:
             results = measure(service, api, fake)
             postgres = postgres_version(service.database_url)
         finally:
-            _code, alive = service.stop()
-            for process in alive:
-                process.kill()
+            stop_service(service)
     finally:
         fake.stop()
     section = report(results)

@@ -18,7 +18,9 @@ import statistics
 import time
 from datetime import UTC, datetime
 
-from bench.sections import splice
+from bench.machine import machine, postgres_version
+from bench.sections import REPORT, splice
+from bench.service import bench_client, bench_service, stop_service
 from ctxadmin import stack
 
 PRIOR_EVENTS = 200
@@ -150,17 +152,13 @@ answer, and returns. Overhead = the request's time minus the provider time it re
 
 
 def main() -> None:
-    from bench.__main__ import REPORT, bench_client, bench_service, machine, postgres_version
-
     service = bench_service(stack.var_dir() / "bench-invocation")
     try:
         api = bench_client(service, "invoke", "sessions")
         results = measure(api)
         postgres = postgres_version(service.database_url)
     finally:
-        _code, alive = service.stop()
-        for process in alive:
-            process.kill()
+        stop_service(service)
     section = report(results)
     box = machine()
     stamp = (

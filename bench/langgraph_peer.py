@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from memory.embedders import HashingEmbedder
+
 if TYPE_CHECKING:
     from langgraph.store.postgres import PostgresStore
 
@@ -82,9 +84,8 @@ class Peer:
     ``app_id``'s memory entries there."""
 
     def __init__(self, database_url: str, app_id: int):
+        # langgraph: an optional bench extra, imported only when the peer runs.
         from langgraph.store.postgres import PostgresStore
-
-        from memory.embedders import HashingEmbedder
 
         self.source_url, self.app_id = database_url, app_id
         self.url = make_conninfo(database_url, dbname=PEER_DB)
@@ -115,6 +116,7 @@ class Peer:
 
     def load(self) -> dict:
         """Put the app's entries added since the last load; rebuild the index, analyze."""
+        # langgraph: an optional bench extra, imported only when the peer runs.
         from langgraph.store.base import PutOp
 
         timings: dict[str, Any] = {}
@@ -268,6 +270,7 @@ class Peer:
     def plan(self, user: str, query: str) -> dict:
         """The store's search statement for ``query`` (built by the store itself), run under
         ``EXPLAIN ANALYZE``, and the HNSW settings it runs with."""
+        # langgraph: an optional bench extra, imported only when the peer runs.
         from langgraph.store.base import SearchOp
         from langgraph.store.postgres.base import PLACEHOLDER
 

@@ -29,7 +29,9 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from bench.sections import splice
+from bench.client import Api
+from bench.sections import REPORT, splice
+from bench.service import bench_client, bench_service, stop_service
 from ctxadmin import stack
 
 SESSION_EVENTS = 500
@@ -120,8 +122,6 @@ def throughput(api, label: str) -> dict:
 
 
 def _prober(base_url: str, key: str, app: str, pending: queue.Queue, found: list, stop):
-    from bench.__main__ import Api
-
     api = Api(base_url, key, app)
     while not (stop.is_set() and pending.empty()):
         try:
@@ -146,8 +146,6 @@ def _prober(base_url: str, key: str, app: str, pending: queue.Queue, found: list
 
 
 def time_to_queryable(api, database_url: str) -> dict:
-    from bench.__main__ import Api
-
     users = [f"ttq-{n}" for n in range(LOAD_USERS)]
     for user in users:
         api.create_session(user, "s")
@@ -355,16 +353,12 @@ SECTION = "## Ingestion outbox"
 
 
 def main() -> None:
-    from bench.__main__ import REPORT, bench_client, bench_service
-
     service = bench_service(stack.var_dir() / "bench-outbox")
     try:
         api = bench_client(service, "outbox", "sessions", "memory")
         results = measure(service, api)
     finally:
-        _code, alive = service.stop()
-        for process in alive:
-            process.kill()
+        stop_service(service)
     section = report(results)
     stamp = (
         f"\n\nRecorded by `.venv/bin/python -m bench.outbox_bench` on "

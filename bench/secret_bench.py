@@ -22,8 +22,13 @@ import time
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from bench.sections import splice
+import django
+
+from bench.machine import machine
+from bench.sections import REPORT, splice
 from bench.workload import conversation
+from ctxadmin import credentials, pruning
+from ctxadmin.pruning import is_secret_key, looks_like_secret, prune_secrets, redact_secret_text
 
 SECTION = "## Secret detection"
 ROUNDS = 7
@@ -156,16 +161,14 @@ def per_item(call, items: list, rounds: int = ROUNDS) -> float:
 
 def _django():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
     django.setup()
 
 
 def measure() -> dict:
     _django()
-    from ctxadmin import credentials, pruning
-    from ctxadmin.pruning import is_secret_key, looks_like_secret, prune_secrets, redact_secret_text
-    from memory import outbox, services
+    # After django.setup(): these modules import the memory app's models.
+    from memory import entries
+    from memory.outbox import sanitise
 
     data = corpus()
     found = sum(map(looks_like_secret, data["with_credentials"]))
@@ -220,9 +223,9 @@ def measure() -> dict:
     results["memory_add"] = {}
     for name, bodies in memory_bodies.items():
         results["memory_add"][name] = _swapped(
-            services,
+            entries,
             "looks_like_secret",
-            lambda bodies=bodies: per_item(services.parse_new_memory, bodies),
+            lambda bodies=bodies: per_item(entries.parse_new_memory, bodies),
         )
     rows = [
         {
@@ -237,9 +240,9 @@ def measure() -> dict:
         for n, text in enumerate(data["with_credentials"])
     ]
     results["outbox_sanitise"] = _swapped(
-        outbox,
+        sanitise,
         ("looks_like_secret", "redact_secret_text"),
-        lambda: per_item(outbox.sanitise, rows),
+        lambda: per_item(sanitise.sanitise, rows),
     )
     results["detectors"] = len(credentials.DETECTORS)
     results["worst"] = worst_case(looks_like_secret, redact_secret_text)
@@ -360,8 +363,6 @@ would make a backtracking pattern quadratic), detection and redaction, take at m
 
 
 def run_section(command: str = ".venv/bin/python -m bench.secret_bench") -> dict:
-    from bench.__main__ import REPORT, machine
-
     results = measure()
     box = machine()
     stamp = (

@@ -1,6 +1,10 @@
-"""Replacing one section of ``BENCHMARKS.md``, for the benchmarks that can run alone."""
+"""``BENCHMARKS.md``, and replacing one of its sections, for the benchmarks that can run alone."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+REPORT = Path(__file__).resolve().parent / "BENCHMARKS.md"
 
 
 def splice(text: str, section: str, heading: str) -> str:

@@ -219,7 +219,7 @@ CTXADMIN_CACHE_ENCRYPTION_KEYS = env.list("CTXADMIN_CACHE_ENCRYPTION_KEYS", [])
 CTXADMIN_CACHE_PROVIDERS = env.list("CTXADMIN_CACHE_PROVIDERS", ["gemini", "fake"])
 CTXADMIN_CACHE_FAKE_DELAY_MS = env.int("CTXADMIN_CACHE_FAKE_DELAY_MS", 0, minimum=0)
 CTXADMIN_CACHE_FAKE_FAILURE = env.str("CTXADMIN_CACHE_FAKE_FAILURE", "")
-# The ``fake`` model provider of invocations (sessions_app/fake_model.py): its reply delay.
+# The ``fake`` model provider of invocations (runner/fake_model.py): its reply delay.
 CTXADMIN_FAKE_MODEL_DELAY_MS = env.int("CTXADMIN_FAKE_MODEL_DELAY_MS", 0, minimum=0)
 # The Gemini API; its key is read when the adapter is built, from CTXADMIN_GEMINI_API_KEY
 # (or ``_FILE``) or else GEMINI_API_KEY, so it never sits in the settings.
@@ -245,7 +245,8 @@ if CTXADMIN_EMBEDDER not in ("hashing", "local", "openai_compatible", "gemini"):
     )
 if not re.fullmatch(r"[a-z_]{1,63}", CTXADMIN_MEMORY_TS_CONFIG):
     raise ImproperlyConfigured("CTXADMIN_MEMORY_TS_CONFIG must name a text search configuration")
-# Artifacts (artifacts/): one version's bytes, versions kept per name, one version's metadata.
+# Artifacts (sessions_app/artifacts/): one version's bytes, versions kept per name, one
+# version's metadata.
 CTXADMIN_ARTIFACT_MAX_BYTES = env.int(
     "CTXADMIN_ARTIFACT_MAX_BYTES", 8 * 1024 * 1024, minimum=1, maximum=512 * 1024 * 1024
 )
@@ -280,7 +281,9 @@ INSTALLED_APPS = [
     "sessions_app.apps.SessionsAppConfig",
     "memory.apps.MemoryConfig",
     "caching.apps.CachingConfig",
-    "artifacts.apps.ArtifactsConfig",
+    "sessions_app.artifacts.apps.ArtifactsConfig",
+    "runner.apps.RunnerConfig",
+    "console.apps.ConsoleConfig",
 ]
 
 MIDDLEWARE = [
@@ -301,7 +304,9 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # The console's admin overrides: a template directory comes before the apps' own,
+        # where django.contrib.admin (listed first) would win.
+        "DIRS": [BASE_DIR / "console" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -370,9 +375,10 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "ctxadmin.api.schema.add_error_envelope",
         "sessions_app.api.schemas.add_components",
+        "runner.api.schemas.add_components",
         "memory.api.schemas.add_components",
         "caching.api.schemas.add_components",
-        "artifacts.api.schemas.add_components",
+        "sessions_app.artifacts.api.schemas.add_components",
     ],
     "DISABLE_ERRORS_AND_WARNINGS": False,
     # Swagger UI's assets ship with the project (no CDN).

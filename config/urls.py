@@ -2,13 +2,23 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from console.dashboard import views as dashboard
 from ctxadmin import health
 from ctxadmin.api.errors import error_response
-from ctxadmin.dashboard import views as dashboard
+
+# Every app's endpoints, under one namespace ("api:<name>").
+api_patterns = [
+    path("", include("ctxadmin.api.urls")),
+    path("", include("sessions_app.api.urls")),
+    path("", include("runner.api.urls")),
+    path("", include("memory.api.urls")),
+    path("", include("caching.api.urls")),
+    path("", include("sessions_app.artifacts.api.urls")),
+]
 
 urlpatterns = [
-    path("api/v1/", include("ctxadmin.api.urls")),
-    path("dev/v1/", include("ctxadmin.diagnostics.urls")),
+    path("api/v1/", include((api_patterns, "api"))),
+    path("dev/v1/", include("console.diagnostics.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health.healthz, name="healthz"),

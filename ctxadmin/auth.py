@@ -1,4 +1,9 @@
-"""``Authorization: Bearer <api key>`` authentication for the API."""
+"""``Authorization: Bearer <credential>`` authentication for the API.
+
+The credential is an app's API key, or a *delegated credential*: a narrower one an app hands
+out (a tool token is one), bound to one user and session and to a few capabilities. The
+ground knows delegated credentials only by ``ctxadmin.delegated``'s interface.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from dataclasses import dataclass
 from django.db import connection
 from rest_framework import authentication, exceptions
 
+from ctxadmin.delegated import DelegatedCredential, resolvers
 from ctxadmin.keys import digest_matches, parse_key
 from ctxadmin.models import ApiKey, App
 from ctxadmin.services import touch_api_key
@@ -30,10 +36,10 @@ class ApiKeyPrincipal:
 
 
 @dataclass(frozen=True)
-class ToolTokenPrincipal:
-    """``request.user`` for a request authenticated by a tool token."""
+class DelegatedPrincipal:
+    """``request.user`` for a request authenticated by a delegated credential."""
 
-    token: object
+    credential: DelegatedCredential
     is_authenticated: bool = True
     is_anonymous: bool = False
     is_staff: bool = False
@@ -43,7 +49,7 @@ class ToolTokenPrincipal:
         return None
 
     def __str__(self) -> str:
-        return f"tooltoken:{self.token.prefix}"
+        return f"{self.credential.credential_kind}:{self.credential.prefix}"
 
 
 _KEY_FIELDS = [f.attname for f in ApiKey._meta.concrete_fields]
@@ -84,13 +90,12 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if scheme.lower() != self.keyword.lower():
             return None
         raw = raw.strip()
-        if raw.startswith("ctt_"):
-            from sessions_app import tool_tokens
-
-            token = tool_tokens.authenticate(raw)
-            if token is None:
-                raise exceptions.AuthenticationFailed("Invalid API key.")
-            return ToolTokenPrincipal(token), token
+        for marker, resolve in resolvers():
+            if raw.startswith(marker):
+                credential = resolve(raw)
+                if credential is None:
+                    raise exceptions.AuthenticationFailed("Invalid API key.")
+                return DelegatedPrincipal(credential), credential
         prefix = parse_key(raw)
         if prefix is None:
             raise exceptions.AuthenticationFailed("Invalid API key.")

@@ -1,11 +1,11 @@
-"""System checks with stable ids for deployment mistakes.
+"""System checks with stable ids for deployment mistakes (``memory.checks`` holds the
+memory app's own, under the same id series).
 
 ctxadmin.E001  the pgvector extension is missing from the database (database check)
 ctxadmin.E002  the built-in development SECRET_KEY is used with DEBUG off
 ctxadmin.W002  the built-in development SECRET_KEY is used (DEBUG on)
 ctxadmin.E003  no Celery broker is configured
 ctxadmin.W004  DEBUG is on (deployment check)
-ctxadmin.E005  the embedder's dimension differs from the memory vector column's
 """
 
 from __future__ import annotations
@@ -83,26 +83,4 @@ def check_broker(app_configs=None, **kwargs):
 def check_debug(app_configs=None, **kwargs):
     if settings.DEBUG:
         return [Warning("DEBUG is on.", hint="Unset DEBUG in production.", id="ctxadmin.W004")]
-    return []
-
-
-@register()
-def check_embedding_dimension(app_configs=None, **kwargs):
-    """Vectors of another dimension cannot be stored: refuse to start rather than fail
-    every write."""
-    from memory.models import MemoryEntry
-
-    column = MemoryEntry._meta.get_field("embedding").dimensions
-    configured = settings.CTXADMIN_EMBEDDING_DIMENSION
-    if configured != column:
-        return [
-            Error(
-                f"CTXADMIN_EMBEDDING_DIMENSION is {configured}, but the memory vector column "
-                f"has {column} dimensions.",
-                hint="Use an embedder (or its dimensions option) that produces "
-                f"{column}-dimensional vectors, or migrate the column and run "
-                "`manage.py reembed --all`.",
-                id="ctxadmin.E005",
-            )
-        ]
     return []

@@ -16,6 +16,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.core import GaugeMetricFamily
 
 from ctxadmin.api.errors import error_response
+from ctxadmin.models import ApiKey, App
+from ctxadmin.stack import redis_answers
 
 
 @require_GET
@@ -47,8 +49,6 @@ def _check_migrations() -> str:
 
 
 def _check_redis() -> str:
-    from ctxadmin.stack import redis_answers
-
     if not redis_answers(settings.CELERY_BROKER_URL, timeout=1.0):
         raise ConnectionError("the broker does not answer PING")
     return "reachable"
@@ -100,8 +100,6 @@ class TenancyCollector:
     """Gauges read from PostgreSQL at scrape time (counts only)."""
 
     def collect(self):
-        from ctxadmin.models import ApiKey, App
-
         up = GaugeMetricFamily("ctxadmin_database_up", "1 when the database answered the scrape.")
         try:
             apps = App.objects.count()

@@ -15,4 +15,9 @@ def wake(task_name: str, *args) -> None:
     """``delay_on_commit`` of the task registered as ``task_name``: its arguments are checked
     now, and it is published after the commit (a broker down at that moment is logged; the
     periodic sweeper re-drives the committed row)."""
-    current_app.tasks[task_name].delay_on_commit(*args)
+    tasks = current_app.tasks
+    if task_name not in tasks:
+        # A web process has not imported the apps' task modules yet (a worker imports them
+        # at start): import them once, as the worker does.
+        current_app.loader.import_default_modules()
+    tasks[task_name].delay_on_commit(*args)

@@ -9,9 +9,9 @@ from django.db.models.expressions import RawSQL
 
 from ctxadmin.admin import ReadOnlyAdmin
 from ctxadmin.content import ContentAdminMixin, render
-from memory import services
+from ctxadmin.errors import ServiceError
+from memory import erasure, vectors
 from memory.embeddings import embedder_from_settings
-from memory.governance import scope_fingerprint
 from memory.models import (
     Consent,
     ErasureEpoch,
@@ -22,6 +22,8 @@ from memory.models import (
     OutboxJob,
     ScopeIndex,
 )
+from memory.outbox import operations
+from memory.scope import scope_fingerprint
 
 
 class EmbeddedFilter(admin.SimpleListFilter):
@@ -39,7 +41,7 @@ class EmbeddedFilter(admin.SimpleListFilter):
             return queryset.filter(embedding__isnull=self.value() == "no")
         if self.value() == "refused":
             return queryset.filter(
-                embedding__isnull=True, embed_failures__gte=services.MAX_EMBED_FAILURES
+                embedding__isnull=True, embed_failures__gte=vectors.MAX_EMBED_FAILURES
             )
         return queryset
 
@@ -162,9 +164,6 @@ class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
 
     @admin.action(description="Erase entries (with erasure receipts)", permissions=["erase"])
     def erase_entries(self, request, queryset):
-        from ctxadmin.errors import ServiceError
-        from memory import erasure
-
         erased, refused = 0, 0
         for entry in queryset.select_related("app"):
             try:
@@ -334,14 +333,10 @@ class OutboxJobAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Make waiting jobs due now", permissions=["operate"])
     def retry_now(self, request, queryset):
-        from memory import outbox
-
-        count = outbox.retry_now(list(queryset.values_list("pk", flat=True)))
+        count = operations.retry_now(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} waiting job(s) made due now.")
 
     @admin.action(description="Cancel active jobs", permissions=["operate"])
     def cancel_jobs(self, request, queryset):
-        from memory import outbox
-
-        count = outbox.cancel_jobs(list(queryset.values_list("pk", flat=True)))
+        count = operations.cancel_jobs(list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} active job(s) cancelled.")

@@ -6,9 +6,10 @@ class MemoryConfig(AppConfig):
     verbose_name = "Long-term memory"
 
     def ready(self) -> None:
-        # The outbox registers its erasure hook on import: every web and worker process
-        # must have it, so that an erasure cancels the scope's queued jobs.
-        from memory import outbox
-        from sessions_app.signals import invocation_completed
-
-        invocation_completed.connect(outbox.on_invocation_completed, dispatch_uid="outbox")
+        # The outbox's erasure hook registers on import: every web and worker process must
+        # have it, so that an erasure cancels the scope's queued jobs. The tasks register on
+        # import too: services wake them by name (``ctxadmin.wake``), so every process that
+        # publishes must know them. Imported here, once the models are loaded. (The runner
+        # connects the outbox to the sessions' invocation_completed signal.)
+        from memory import checks, tasks  # noqa: F401 - registrations on import
+        from memory.outbox import erasure_hook  # noqa: F401

@@ -20,23 +20,18 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from django.db import connection, transaction
 
 from ctxadmin.canonical import fingerprint
-from ctxadmin.errors import ServiceError, strict_object, uuid_or_404
+from ctxadmin.errors import ServiceError, not_found, uuid_or_404
 from ctxadmin.models import App
-from memory.governance import invalid, refuse_if_held, scope_fingerprint
+from memory.governance import refuse_if_held
 from memory.models import ErasureReceipt
-from sessions_app.events import iso_timestamp
+from memory.scope import advance_epoch, current_epoch, lock_scope, scope_fingerprint
+from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
-
-ERASE_USER_KEYS = frozenset({"confirm"})
-MAX_EPOCH = 2**63 - 1
-# The first key of the two-key advisory lock taken per scope ("mem\0").
-_LOCK_NAMESPACE = 0x6D656D00
 
 #: ``(app, user_id, session_id or None) -> how many queued items were erased``. Called in
 #: the erasure's transaction, after the scope lock: an eraser deletes (or cancels) the queued
@@ -57,76 +52,7 @@ def _erase_queued_work(app: App, user_id: str, session_id: str | None) -> int:
     return sum(int(eraser(app, user_id, session_id)) for eraser in _QUEUED_WORK_ERASERS)
 
 
-# ----------------------------------------------------------------------------- epochs
-
-
-def lock_scope(app: App, user_id: str, *, shared: bool = False) -> None:
-    """The scope's erasure lock, to the end of the current transaction. Erasures take it
-    exclusively; writes that carry an epoch take it shared (they do not wait for each
-    other, only for an erasure)."""
-    if not connection.in_atomic_block:
-        raise RuntimeError("lock_scope needs a transaction")
-    key = int(scope_fingerprint(app, user_id)[:8], 16) - 2**31
-    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s, %s)", [_LOCK_NAMESPACE, key])
-
-
-def current_epoch(app: App, user_id: str) -> int:
-    """The scope's erasure epoch: 0 until its first user erasure, then one more each time."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT epoch FROM memory_erasureepoch WHERE app_id = %s AND scope_fingerprint = %s",
-            [app.pk, scope_fingerprint(app, user_id)],
-        )
-        row = cursor.fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def parse_epoch(value: Any, path: str = "erasure_epoch") -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EPOCH:
-        raise invalid(path, "must be a non-negative integer (an erasure epoch)")
-    return value
-
-
-def check_epoch(app: App, user_id: str, epoch: int) -> None:
-    """Refuse a write carrying an epoch older than the scope's (409
-    ``memory_erasure_epoch_stale``) or newer (400: no such epoch yet). Under the shared
-    scope lock, the answer holds until the write commits."""
-    current = current_epoch(app, user_id)
-    if epoch < current:
-        raise ServiceError(
-            "memory_erasure_epoch_stale",
-            "This user's memory was erased after this write was prepared; it was not stored.",
-            status_code=409,
-            details={"erasure_epoch": epoch, "current_erasure_epoch": current},
-        )
-    if epoch > current:
-        raise invalid("erasure_epoch", f"is ahead of this scope's current erasure epoch {current}")
-
-
-def _advance_epoch(app: App, user_id: str) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO memory_erasureepoch (app_id, scope_fingerprint, epoch, updated_at)
-            VALUES (%s, %s, 1, now())
-            ON CONFLICT (app_id, scope_fingerprint) DO UPDATE
-                SET epoch = memory_erasureepoch.epoch + 1, updated_at = now()
-            RETURNING epoch
-            """,
-            [app.pk, scope_fingerprint(app, user_id)],
-        )
-        return int(cursor.fetchone()[0])
-
-
 # ----------------------------------------------------------------------------- erasure
-
-
-def not_found() -> ServiceError:
-    return ServiceError("not_found", "Not found.", status_code=404)
 
 
 def _retained(count: int, until) -> ServiceError:
@@ -248,14 +174,6 @@ def erase_session(app: App, user_id: str, session_id: str, key_prefix: str) -> d
         )
 
 
-def parse_user_confirmation(body: Any, user_id: str) -> None:
-    """``{"confirm": "erase user <user_id>"}``, exactly."""
-    strict_object(body, ERASE_USER_KEYS)
-    expected = f"erase user {user_id}"
-    if body.get("confirm") != expected:
-        raise invalid("confirm", f"must be exactly {expected!r} to erase this user's memory")
-
-
 def erase_user(app: App, user_id: str, key_prefix: str) -> dict:
     """The user's whole memory, ignoring retention: entries, queued work and the consent
     record; the scope's erasure epoch advances in the same transaction."""
@@ -276,7 +194,7 @@ def erase_user(app: App, user_id: str, key_prefix: str) -> dict:
         queued = _erase_queued_work(app, user_id, None)
         if not entries and not queued and not consent:
             raise not_found()
-        epoch = _advance_epoch(app, user_id)
+        epoch = advance_epoch(app, user_id)
         return _receipt(
             app,
             user_id,

@@ -18,94 +18,21 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection, transaction
 
-from ctxadmin.canonical import fingerprint
-from ctxadmin.errors import ServiceError, strict_object
+from ctxadmin.errors import ServiceError, not_found
 from ctxadmin.models import App
-from ctxadmin.pruning import echoed
+from memory.inputs import (
+    DEFAULT_POLICY,
+    POLICY_KEYS,
+    Policy,
+    parse_consent,
+    parse_legal_hold,
+    parse_memory_policy,
+)
 from memory.models import Consent, LegalHold, MemoryPolicy
-from sessions_app.events import iso_timestamp
+from memory.scope import lock_scope
+from sessions_app.selectors import iso_timestamp
 
 logger = logging.getLogger("ctxadmin.memory")
-
-POLICY_KEYS = (
-    "consent_required",
-    "default_ttl_seconds",
-    "retention_days",
-    "legal_hold",
-    "ingestion",
-)
-INGESTION_MODES = ("off", "on_success")
-CONSENT_KEYS = frozenset({"granted"})
-MAX_TTL_SECONDS = 10 * 365 * 86400  # ten years
-MAX_RETENTION_DAYS = 100 * 365
-
-
-def invalid(path: str, message: str) -> ServiceError:
-    return ServiceError("validation_error", f"{path}: {message}", details={"field": path})
-
-
-def scope_fingerprint(app: App | int, user_id: str) -> str:
-    """SHA-256 of the canonical JSON of ``{"app_id", "user_id"}``: names a scope in records
-    that outlive its erasure without carrying the user id."""
-    app_id = app if isinstance(app, int) else app.pk
-    return fingerprint({"app_id": app_id, "user_id": user_id})
-
-
-# ----------------------------------------------------------------------------- policy
-
-
-@dataclass(frozen=True)
-class Policy:
-    consent_required: bool = False
-    default_ttl_seconds: int | None = None
-    retention_days: int | None = None
-    legal_hold: bool = False
-    # "on_success": an append that completes an invocation admits an outbox job.
-    ingestion: str = "off"
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in POLICY_KEYS}
-
-
-DEFAULT_POLICY = Policy()
-
-
-def _positive(body: dict, name: str, maximum: int) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise invalid(name, f"must be null or an integer from 1 to {maximum}")
-    return value
-
-
-def parse_policy(body: Any) -> Policy:
-    """A whole policy (PUT replaces it; a field left out takes its default)."""
-    strict_object(body, set(POLICY_KEYS))
-    flags = {}
-    for name in ("consent_required", "legal_hold"):
-        value = body.get(name, False)
-        if not isinstance(value, bool):
-            raise invalid(name, "must be true or false")
-        flags[name] = value
-    ingestion = body.get("ingestion", "off")
-    if ingestion not in INGESTION_MODES:
-        raise invalid("ingestion", "must be off or on_success")
-    ttl = _positive(body, "default_ttl_seconds", MAX_TTL_SECONDS)
-    retention = _positive(body, "retention_days", MAX_RETENTION_DAYS)
-    if ttl is not None and retention is not None and ttl < retention * 86400:
-        raise invalid(
-            "default_ttl_seconds",
-            "must be at least retention_days (in seconds): an entry cannot expire before "
-            "it may be erased",
-        )
-    return Policy(
-        consent_required=flags["consent_required"],
-        default_ttl_seconds=ttl,
-        retention_days=retention,
-        legal_hold=flags["legal_hold"],
-        ingestion=ingestion,
-    )
 
 
 def policy_state(app: App) -> dict:
@@ -120,7 +47,7 @@ def policy_state(app: App) -> dict:
 
 
 def set_policy(app: App, body: Any, key_prefix: str) -> dict:
-    policy = parse_policy(body)
+    policy = parse_memory_policy(body)
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -231,10 +158,7 @@ def consent_state(app: App, user_id: str) -> dict:
 
 
 def set_consent(app: App, user_id: str, body: Any, key_prefix: str) -> dict:
-    strict_object(body, CONSENT_KEYS)
-    granted = body.get("granted")
-    if not isinstance(granted, bool):
-        raise invalid("granted", "must be true or false")
+    granted = parse_consent(body)
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -264,14 +188,9 @@ def legal_hold_state(app: App, user_id: str) -> dict:
 
 def place_legal_hold(app: App, user_id: str, body: Any, key_prefix: str) -> dict:
     """Idempotent: a second hold keeps the first one's time."""
-    if body is not None and not isinstance(body, dict):
-        raise invalid("body", "must be empty or an empty JSON object")
-    if body:
-        raise invalid(echoed(sorted(body)[0]), "unknown field")
-    from memory import erasure
-
+    parse_legal_hold(body)
     with transaction.atomic():
-        erasure.lock_scope(app, user_id)  # ordered with any erasure of the scope
+        lock_scope(app, user_id)  # ordered with any erasure of the scope
         with connection.cursor() as cursor:
             cursor.execute(
                 """
@@ -288,7 +207,7 @@ def place_legal_hold(app: App, user_id: str, body: Any, key_prefix: str) -> dict
 def release_legal_hold(app: App, user_id: str) -> None:
     deleted, _ = LegalHold.objects.filter(app=app, user_id=user_id).delete()
     if not deleted:
-        raise ServiceError("not_found", "Not found.", status_code=404)
+        raise not_found()
     logger.info("memory_legal_hold_released", extra={"app": app.pk})
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ctxadmin.errors import ServiceError
+from ctxadmin.errors import ServiceError, invalid
 from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret
-from memory import services
-from sessions_app.events import EventError, EventLimits, validate_event
-
-MAX_EVENTS = 500
+from memory import entries
+from memory.inputs import MAX_INGEST_EVENTS, NewMemory
+from sessions_app.selectors import EventError, EventLimits, validate_event
 
 
 @dataclass(frozen=True)
@@ -60,14 +59,14 @@ def skip_reason(event: dict) -> str | None:
 
 
 def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> IngestResult:
-    if not isinstance(raw_events, list) or not 1 <= len(raw_events) <= MAX_EVENTS:
-        raise services.invalid("events", f"must be a list of 1 to {MAX_EVENTS} events")
+    if not isinstance(raw_events, list) or not 1 <= len(raw_events) <= MAX_INGEST_EVENTS:
+        raise invalid("events", f"must be a list of 1 to {MAX_INGEST_EVENTS} events")
     events = []
     for index, raw in enumerate(raw_events):
         try:
             events.append(validate_event(raw, f"events[{index}]", EventLimits()))
         except EventError as exc:
-            raise services.invalid(exc.path, exc.message) from None
+            raise invalid(exc.path, exc.message) from None
     reasons: Counter[str] = Counter()
     added = duplicates = 0
     ids: list[str] = []
@@ -77,7 +76,7 @@ def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> Ing
             reasons[reason] += 1
             continue
         role = (event["content"] or {}).get("role", "")
-        new = services.NewMemory(
+        new = NewMemory(
             content=event_text(event),
             metadata={"role": role, "source": "session"},
             idempotency_key=f"session:{session_id}:{event['event_id']}",
@@ -88,9 +87,9 @@ def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> Ing
             embed="auto",
         )
         try:
-            entry, created = services.add_memory(app, user_id, new)
+            entry, created = entries.add_memory(app, user_id, new)
         except ServiceError as exc:
-            if exc.get_codes() == "idempotency_conflict":
+            if exc.code == "idempotency_conflict":
                 reasons["changed_since_ingested"] += 1
                 continue
             raise

@@ -41,8 +41,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
+from psycopg import Error as DatabaseError
 from psycopg import sql
 
+from memory import embeddings
 from memory.models import ScopeIndex
 
 logger = logging.getLogger("ctxadmin.memory")
@@ -217,8 +219,6 @@ def failure(exc: BaseException) -> tuple[str, int]:
     class), and how many seconds its scope waits before another try: none for a failure of
     the moment (``TRANSIENT_SQLSTATES``, or a database error without a SQLSTATE: the
     connection was lost), ``RETRY_SECONDS`` for any other."""
-    from psycopg import Error as DatabaseError
-
     cause = exc
     while cause is not None and not isinstance(cause, DatabaseError):
         cause = cause.__cause__
@@ -285,8 +285,6 @@ def maintain(*, max_builds: int = 1, wait: bool = False) -> dict:
     """Drop the indexes no longer wanted, then build up to ``max_builds`` missing ones.
     ``{"locked": False}`` when another maintainer is running (``wait``: wait for it to
     finish instead); else counts, and ``more``: whether a scope still waits for its index."""
-    from memory import embeddings
-
     if connection.in_atomic_block:
         raise RuntimeError("scope indexes are built and dropped outside a transaction")
     with connection.cursor() as cursor:

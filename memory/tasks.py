@@ -6,7 +6,8 @@ from celery import shared_task
 from django.conf import settings
 
 from ctxadmin.batches import in_batches
-from memory import governance, services
+from memory import governance, scope_index, search, vectors
+from memory.outbox import operations, worker
 
 MAX_BATCHES_PER_RUN = 50
 # Expired entries: at most this many batches of ``governance.PURGE_BATCH_SIZE`` per run.
@@ -17,7 +18,7 @@ MAX_PURGE_BATCHES_PER_RUN = 20
 def embed_pending() -> int:
     """Embed entries written without a vector, in batches, until none is left (or a bound
     per run; the beat runs it again)."""
-    return in_batches(services.embed_pending_batch, 1, MAX_BATCHES_PER_RUN)
+    return in_batches(vectors.embed_pending_batch, 1, MAX_BATCHES_PER_RUN)
 
 
 @shared_task(name="memory.purge_expired")
@@ -27,7 +28,7 @@ def purge_expired() -> int:
     purged = in_batches(
         governance.purge_expired_batch, governance.PURGE_BATCH_SIZE, MAX_PURGE_BATCHES_PER_RUN
     )
-    services.prune_search_counts()  # hourly rows past their retention: a handful at most
+    search.prune_search_counts()  # hourly rows past their retention: a handful at most
     return purged
 
 
@@ -46,8 +47,6 @@ MAX_PRUNE_BATCHES_PER_RUN = 10
 def maintain_scope_indexes() -> dict:
     """Build (one per run) and drop large scopes' own vector indexes
     (``memory/scope_index.py``); runs again at once while a scope waits for one."""
-    from memory import scope_index
-
     result = scope_index.maintain(max_builds=1)
     if result.get("more"):
         maintain_scope_indexes.apply_async()
@@ -58,16 +57,14 @@ def maintain_scope_indexes() -> dict:
 def drain_outbox(job_id: str | None = None) -> dict:
     """Claim and process due outbox jobs (``job_id`` first, when it is due) until none is
     due or the run's budget is spent. Published on admission's commit and by the beat."""
-    from memory import outbox
-
     budget = min(DRAIN_BUDGET_SECONDS, settings.CELERY_TASK_SOFT_TIME_LIMIT * 0.5)
-    return outbox.drain(job_id, budget_seconds=budget)
+    return worker.drain(job_id, budget_seconds=budget)
 
 
 @shared_task(name="memory.prune_outbox")
 def prune_outbox() -> int:
     """Delete ended outbox jobs past the retention period, oldest first, in bounded
     batches; what is left waits for the next run of the beat."""
-    from memory import outbox
-
-    return in_batches(outbox.prune, settings.CTXADMIN_OUTBOX_PRUNE_BATCH, MAX_PRUNE_BATCHES_PER_RUN)
+    return in_batches(
+        operations.prune, settings.CTXADMIN_OUTBOX_PRUNE_BATCH, MAX_PRUNE_BATCHES_PER_RUN
+    )

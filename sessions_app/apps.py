@@ -5,3 +5,9 @@ class SessionsAppConfig(AppConfig):
     name = "sessions_app"
     label = "sessions_app"
     verbose_name = "Sessions and events"
+
+    def ready(self) -> None:
+        from ctxadmin.delegated import register_delegated_credential
+        from sessions_app import tool_tokens
+
+        register_delegated_credential(tool_tokens.TOKEN_PREFIX, tool_tokens.authenticate)

@@ -9,6 +9,7 @@ from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models.functions import Now
 
+from ctxadmin.delegated import DelegatedCredential
 from ctxadmin.models import App
 
 
@@ -329,7 +330,7 @@ class Invocation(models.Model):
         return f"{self.session_id}/{self.invocation_id}"
 
 
-class ToolToken(models.Model):
+class ToolToken(DelegatedCredential, models.Model):
     """A least-authority credential minted for one tool call of one invocation: it can do
     only its ``capabilities`` on its (app, user, session), until it expires, is revoked, the
     tool's function response is appended, or its call is purged. Every end is stored on the
@@ -367,6 +368,8 @@ class ToolToken(models.Model):
     revoked_reason = models.CharField(max_length=16, blank=True)  # deleted, answered, purged
     last_used_at = models.DateTimeField(null=True, blank=True)
 
+    credential_kind = "tooltoken"
+
     class Meta:
         indexes = [
             models.Index(fields=["invocation", "expires_at"], name="tooltoken_invocation"),
@@ -374,3 +377,11 @@ class ToolToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix} ({self.tool_name})"
+
+    @property
+    def bound_user_id(self) -> str:
+        return self.session.user_id
+
+    @property
+    def bound_session_id(self) -> str:
+        return self.session.session_id

@@ -1,7 +1,13 @@
-"""Reads for sessions and events."""
+"""Reads for sessions and events; and what other apps read of sessions_app.
+
+Other apps (memory) import nothing of sessions_app but this module: the reads they need
+(section "For other apps"), the event format's parsers and the ``invocation_completed``
+signal, re-exported below under their own names.
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from django.db import connection
@@ -11,7 +17,34 @@ from django.db.models.expressions import RawSQL
 from ctxadmin.models import App
 from sessions_app import state as scopes
 from sessions_app import store
-from sessions_app.events import FUNCTION_CALL, FUNCTION_RESPONSE, KIND_BITS
+from sessions_app.events import (
+    FUNCTION_CALL,
+    FUNCTION_RESPONSE,
+    KIND_BITS,
+    EventError,
+    EventLimits,
+    iso_timestamp,
+    parse_timestamp,
+    validate_event,
+)
+from sessions_app.signals import invocation_completed
+from sessions_app.store import decode
+
+# The event format and the signal, for other apps: memory validates the events it is sent
+# (``validate_event``), parses and writes times as sessions do, decodes jsonb read by a raw
+# cursor, and admits ingestion when an invocation completes.
+__all__ = [
+    "EventError",
+    "EventLimits",
+    "decode",
+    "events_after",
+    "has_events_after",
+    "invocation_completed",
+    "iso_timestamp",
+    "parse_timestamp",
+    "session_exists",
+    "validate_event",
+]
 
 
 def scope_states(app: App, user_id: str) -> tuple[dict, dict]:
@@ -135,3 +168,81 @@ def filter_events(
         tool_bits = FUNCTION_CALL | FUNCTION_RESPONSE
         queryset = queryset.alias(_tools=F("kinds").bitand(tool_bits)).filter(_tools=0)
     return queryset
+
+
+# ----------------------------------------------------------------------------- for other apps
+
+
+def events_after(
+    app: App,
+    user_id: str,
+    session_id: str,
+    after_seq: int,
+    *,
+    appended_after: datetime | None,
+    max_bytes: int,
+    max_events: int,
+) -> list[dict]:
+    """The session's events after ``after_seq`` (and appended after ``appended_after``, when
+    given) in seq order, as dicts of ``event_id``, ``seq``, ``author``, ``role``, ``content``
+    (decoded), ``timestamp`` and ``running`` (the running total of their stored bytes): those
+    that start within ``max_bytes`` (the first event always), at most ``max_events``. What
+    memory's ingestion outbox admits as one job."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT event_id, seq, author, role, content, timestamp, running FROM (
+                SELECT e.event_id, e.seq, e.author, e.role, e.content, e.timestamp,
+                       e.byte_size, sum(e.byte_size) OVER (ORDER BY e.seq) AS running
+                  FROM sessions_app_session s
+                  JOIN sessions_app_event e ON e.session_id = s.id
+                 WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s AND e.seq > %s
+                   AND (%s::timestamptz IS NULL OR e.created_at > %s::timestamptz)
+            ) events
+             WHERE running - byte_size <= %s
+             ORDER BY seq
+             LIMIT %s
+            """,
+            [
+                app.pk,
+                user_id,
+                session_id,
+                after_seq,
+                appended_after,
+                appended_after,
+                max_bytes,
+                max_events,
+            ],
+        )
+        names = [column.name for column in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    for row in rows:  # Django's connections read jsonb as text
+        if isinstance(row["content"], str):
+            row["content"] = json.loads(row["content"])
+    return rows
+
+
+def has_events_after(app: App, user_id: str, session_id: str, seq: int) -> bool:
+    """Whether the session (of this user) holds an event after ``seq``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT EXISTS (SELECT 1 FROM sessions_app_session s
+                             JOIN sessions_app_event e ON e.session_id = s.id
+                            WHERE s.app_id = %s AND s.user_id = %s AND s.session_id = %s
+                              AND e.seq > %s)
+            """,
+            [app.pk, user_id, session_id, seq],
+        )
+        return cursor.fetchone()[0]
+
+
+def session_exists(app: App, user_id: str, session_id: str) -> bool:
+    """Whether this user of this app has a session with this id."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM sessions_app_session WHERE app_id = %s AND user_id = %s "
+            "AND session_id = %s",
+            [app.pk, user_id, session_id],
+        )
+        return cursor.fetchone() is not None

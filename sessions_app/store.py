@@ -444,3 +444,12 @@ def stored_events(session_pk: int, event_ids: list[str]) -> dict[str, dict]:
             [session_pk, event_ids],
         )
         return {event_id: _loads(doc) for event_id, doc in cursor.fetchall()}
+
+
+def hold_session(cursor, session_pk: int) -> None:
+    """Take the session row (``FOR KEY SHARE``) in the current transaction, before writing
+    one of its checkpoints or its compaction state, as every such writer does. An append
+    holds the row while it queues its own check; a writer that wrote first would wait for
+    the row in its foreign-key check while the append waited for what it wrote: a deadlock,
+    which PostgreSQL breaks by failing one of them."""
+    cursor.execute("SELECT 1 FROM sessions_app_session WHERE id = %s FOR KEY SHARE", [session_pk])

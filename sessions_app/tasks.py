@@ -9,7 +9,7 @@ from celery import shared_task
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from sessions_app.compaction import services
+from sessions_app.compaction import worker
 from sessions_app.models import Checkpoint
 
 logger = logging.getLogger("ctxadmin.compaction")
@@ -26,10 +26,10 @@ def run_compaction(checkpoint_id: str) -> str:
     """Claim a pending compaction, or a running one whose worker's lease has ended (one worker
     wins), and run it against the session's latest events and policy; the result is the
     row's status."""
-    row = services.claim(checkpoint_id)
+    row = worker.claim(checkpoint_id)
     if row is None:
         return "not_pending"
-    return services.run_claimed(row, row.session).status
+    return worker.run_claimed(row, row.session).status
 
 
 @shared_task(name="sessions_app.sweep_compactions")
@@ -46,11 +46,11 @@ def sweep_compactions() -> dict:
     # Leases are set and compared on the database's clock.
     expired = Checkpoint.objects.filter(status=Checkpoint.RUNNING, lease_expires_at__lte=Now())
     orphaned = list(
-        expired.filter(attempts__lt=services.MAX_ATTEMPTS).values_list("id", flat=True)[:500]
+        expired.filter(attempts__lt=worker.MAX_ATTEMPTS).values_list("id", flat=True)[:500]
     )
     for checkpoint_id in stale + orphaned:
         run_compaction.delay(str(checkpoint_id))
-    lost = expired.filter(attempts__gte=services.MAX_ATTEMPTS).update(
+    lost = expired.filter(attempts__gte=worker.MAX_ATTEMPTS).update(
         status=Checkpoint.FAILED,
         reason="worker_lost",
         message="The workers running this compaction stopped as often as it may be attempted.",

@@ -24,7 +24,7 @@ from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.keys import digest_matches, hash_key
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
-from sessions_app.models import Invocation, Session, ToolToken
+from sessions_app.models import Event, Invocation, Session, ToolToken
 
 TOKEN_PREFIX = "ctt_"  # noqa: S105 - the format marker, not a secret
 _TOKEN_RE = re.compile(r"^ctt_([a-z0-9]{10})_([A-Za-z0-9_-]{43})\Z")
@@ -48,8 +48,6 @@ def _generate() -> tuple[str, str]:
 
 def _model_calls(session: Session, invocation: Invocation) -> list[tuple[dict, int]]:
     """The function calls the model made in the invocation, with the seq of their event."""
-    from sessions_app.models import Event
-
     calls = []
     for content, seq in Event.objects.filter(
         session=session, event_id__in=invocation.output_event_ids

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ctxadmin.canonical import canonical_size
-from sessions_app.compaction.engine import SourceEvent
+from sessions_app.compaction.model import SourceEvent
 
 
 def source_event(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 from django.db import connection
 
+from memory.models import OutboxJob
 from tests.sessions_helpers import sessions_url, text
 
 SECRET = "my api_key=sk-outboxSECRETabcdefghijklmnop and I hike on Sundays"
@@ -70,3 +72,19 @@ def scope_entries(app_id: int, user: str) -> list[tuple[str, str]]:
             [app_id, user],
         )
         return cursor.fetchall()
+
+
+def row(job_id: str) -> OutboxJob:
+    return OutboxJob.objects.get(pk=job_id)
+
+
+def set_due_now(job_id: str) -> None:
+    """Make a job due (a retry's backoff or a lease, over): in the test's transaction the
+    database clock stands still."""
+    OutboxJob.objects.filter(pk=job_id).update(due_at=connection_now() - timedelta(seconds=1))
+
+
+def connection_now():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]

@@ -10,10 +10,10 @@ import hashlib
 import pytest
 from django.contrib.auth import get_user_model
 
-from artifacts import rules, services
-from artifacts.models import ArtifactHead, ArtifactVersion
 from ctxadmin.errors import ServiceError
 from ctxadmin.services import create_api_key
+from sessions_app.artifacts import rules, services
+from sessions_app.artifacts.models import ArtifactHead, ArtifactVersion
 from tests.test_sessions_schema import check
 
 pytestmark = pytest.mark.django_db

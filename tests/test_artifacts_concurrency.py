@@ -8,10 +8,10 @@ import threading
 import pytest
 from django.db import connection
 
-from artifacts import services
-from artifacts.models import ArtifactHead, ArtifactVersion
 from ctxadmin.errors import ServiceError
 from sessions_app import services as sessions
+from sessions_app.artifacts import services
+from sessions_app.artifacts.models import ArtifactHead, ArtifactVersion
 from tests.conftest import make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)

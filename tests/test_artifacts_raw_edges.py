@@ -11,8 +11,8 @@ import socket
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
 
-from artifacts.models import ArtifactHead, ArtifactVersion
 from ctxadmin import stack
+from sessions_app.artifacts.models import ArtifactHead, ArtifactVersion
 from tests.conftest import make_tenant
 from tests.test_artifacts import base, counts, error, make_session, save_raw
 

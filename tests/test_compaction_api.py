@@ -13,9 +13,9 @@ from django.db import connections
 from django.test import override_settings
 
 from ctxadmin.testing.fake_providers import FakeProvider
+from sessions_app import history as session_history
 from sessions_app import services as session_services
-from sessions_app.compaction import extractive
-from sessions_app.compaction import services as compaction_services
+from sessions_app.compaction import extractive, policies
 from sessions_app.models import Checkpoint, Event, Session
 from sessions_app.tasks import run_compaction
 from tests.conftest import make_tenant
@@ -451,15 +451,15 @@ class TestModelSummarizers:
     def expected_summary(self, session) -> str:
         import json
 
-        from sessions_app.compaction import engine
+        from sessions_app.compaction import engine, model, planning
 
-        policy, _ = compaction_services.effective_policy(session)
-        visible = compaction_services.visible_checkpoints(session.pk)
-        inp = engine.EngineInput(
-            compaction_services.source_events(session.pk, visible, policy), [], policy, "manual"
+        policy, _ = policies.effective_policy(session)
+        visible = session_history.visible_checkpoints(session.pk)
+        inp = model.EngineInput(
+            session_history.source_events(session.pk, visible, policy), [], policy, "manual"
         )
-        plan = engine.plan_prefix(inp)
-        request = engine.SummaryRequest(
+        plan = planning.plan_prefix(inp)
+        request = model.SummaryRequest(
             plan.first_seq,
             plan.last_seq,
             plan.events,

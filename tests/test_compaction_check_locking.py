@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
-from sessions_app.compaction import services
+from sessions_app.compaction import worker
 from sessions_app.compaction.triggers import request_automatic
 from sessions_app.models import Checkpoint, Session
 from sessions_app.tasks import run_compaction
@@ -52,14 +52,14 @@ def test_an_append_holding_the_session_and_another_checkpoint_writer_do_not_dead
     if writer == "skipped_check":  # a worker runs a check that finds nothing to do
         with mock.patch.object(run_compaction, "delay_on_commit"):
             request_automatic(session_pk)
-        claimed = services.claim(str(Checkpoint.objects.get(session_id=session_pk).pk))
+        claimed = worker.claim(str(Checkpoint.objects.get(session_id=session_pk).pk))
 
     def write() -> None:
         try:
             if writer == "fast_append_check":
                 request_automatic(session_pk)  # in autocommit, as after a fast append
             elif writer == "skipped_check":
-                assert services.run_claimed(claimed, claimed.session).status == "skipped"
+                assert worker.run_claimed(claimed, claimed.session).status == "skipped"
             else:
                 answer = client.post(
                     f"{sessions_url('acme')}/s/compactions", {"async": True}, format="json"

@@ -13,19 +13,17 @@ from hypothesis import strategies as st
 from ctxadmin.canonical import canonical_size
 from ctxadmin.pruning import looks_like_secret
 from sessions_app.compaction import extractive
-from sessions_app.compaction.engine import (
+from sessions_app.compaction.engine import compact, source_index, summary_item
+from sessions_app.compaction.model import (
     CheckpointView,
     EngineInput,
-    Plan,
     SummarizerFailed,
     SummaryReply,
     SummaryRequest,
-    compact,
     item_tokens,
-    source_index,
-    summary_item,
     units,
 )
+from sessions_app.compaction.planning import Plan
 from sessions_app.compaction.policy import CompactionPolicy, PolicyError, parse_policy
 from sessions_app.compaction.summary import (
     ITEM_LISTS,
@@ -147,7 +145,7 @@ class TestDecide:
 
     def test_automatic_limits(self):
         policy = CompactionPolicy(token_threshold=10, max_automatic_per_hour=2)
-        from sessions_app.compaction.engine import AutomaticState
+        from sessions_app.compaction.model import AutomaticState
 
         limited = run(conversation(12), policy, automatic=AutomaticState(recent_successes=2))
         assert limited.reason == "automatic_limit"
@@ -351,11 +349,11 @@ class TestSummaryValidation:
             response(3, "c"),
             model(4, "booked"),
         ]
-        from sessions_app.compaction.engine import Plan
+        from sessions_app.compaction.planning import Plan
 
         plan = Plan(1, 4, events, [])
         source = source_index(plan)
-        from sessions_app.compaction.engine import SummaryRequest
+        from sessions_app.compaction.model import SummaryRequest
 
         request = SummaryRequest(1, 4, events, [], source, 4096, 4096, FAR)
         return extractive.summarize(request).summary, source
@@ -395,7 +393,8 @@ class TestSummaryValidation:
 
     def test_a_request_with_a_secret_becomes_an_omission(self):
         events = [user(1, "my api_key=sk-live-0123456789abcdefghij please use it"), model(2)]
-        from sessions_app.compaction.engine import Plan, SummaryRequest
+        from sessions_app.compaction.model import SummaryRequest
+        from sessions_app.compaction.planning import Plan
 
         source = source_index(Plan(1, 2, events, []))
         summary = extractive.summarize(SummaryRequest(1, 2, events, [], source, 4096, 4096, FAR))
@@ -404,7 +403,8 @@ class TestSummaryValidation:
         validate_summary(summary.summary, source, 4096)
 
     def test_model_and_tool_text_holding_a_credential_is_redacted(self):
-        from sessions_app.compaction.engine import Plan, SummaryRequest
+        from sessions_app.compaction.model import SummaryRequest
+        from sessions_app.compaction.planning import Plan
 
         key = "sk-live-0123456789abcdefghij"
         events = [
@@ -477,7 +477,8 @@ def histories_with_tools(draw):
 @hypothesis_settings(max_examples=300)
 @given(histories_with_tools(), st.integers(0, 6))
 def test_a_cut_never_holds_an_open_obligation_nor_splits_a_unit(events, retain):
-    from sessions_app.compaction.engine import open_obligations, plan_prefix
+    from sessions_app.compaction.model import open_obligations
+    from sessions_app.compaction.planning import plan_prefix
 
     policy = CompactionPolicy(token_threshold=1, retain_recent_exchanges=retain)
     plan = plan_prefix(EngineInput(events=events, visible=[], policy=policy))

@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 from django.db import connection
 
-from sessions_app.compaction import services
+from sessions_app.compaction import worker
 from sessions_app.models import Checkpoint, Event
 from sessions_app.tasks import run_compaction, sweep_compactions
 from tests.conftest import make_tenant
@@ -57,7 +57,7 @@ def summaries(checkpoint_id: str) -> int:
 
 def test_a_run_whose_worker_died_is_taken_over_once_its_lease_ends(api):
     checkpoint_id = request_async(api)
-    assert services.claim(checkpoint_id) is not None  # a worker claims it, then is killed
+    assert worker.claim(checkpoint_id) is not None  # a worker claims it, then is killed
     # The broker delivers the task again at once: the lease still holds, nothing runs.
     assert run_compaction.run(checkpoint_id) == "not_pending"
     with mock.patch.object(run_compaction, "delay") as publish:
@@ -74,24 +74,24 @@ def test_a_run_whose_worker_died_is_taken_over_once_its_lease_ends(api):
 
 def test_a_worker_whose_run_was_taken_over_writes_nothing(api):
     checkpoint_id = request_async(api)
-    slow = services.claim(checkpoint_id)
+    slow = worker.claim(checkpoint_id)
     end_lease(checkpoint_id)
-    fresh = services.claim(checkpoint_id)
+    fresh = worker.claim(checkpoint_id)
     assert (slow.attempts, fresh.attempts) == (1, 2)
-    assert services.run_claimed(slow, slow.session).status == "running"  # lost: no commit
+    assert worker.run_claimed(slow, slow.session).status == "running"  # lost: no commit
     assert summaries(checkpoint_id) == 0
-    assert services.run_claimed(fresh, fresh.session).status == "active"
-    assert services.run_claimed(slow, slow.session).status == "active"  # still nothing
+    assert worker.run_claimed(fresh, fresh.session).status == "active"
+    assert worker.run_claimed(slow, slow.session).status == "active"  # still nothing
     assert summaries(checkpoint_id) == 1
     assert Checkpoint.objects.filter(status__in=["active", "superseded"]).count() == 1
 
 
 def test_a_run_whose_workers_keep_dying_fails_and_the_session_compacts_again(api):
     checkpoint_id = request_async(api)
-    for _attempt in range(services.MAX_ATTEMPTS):
-        assert services.claim(checkpoint_id) is not None
+    for _attempt in range(worker.MAX_ATTEMPTS):
+        assert worker.claim(checkpoint_id) is not None
         end_lease(checkpoint_id)
-    assert services.claim(checkpoint_id) is None
+    assert worker.claim(checkpoint_id) is None
     with mock.patch.object(run_compaction, "delay") as publish:
         swept = sweep_compactions.run()
     assert (swept["reclaimable"], swept["worker_lost"]) == (0, 1)

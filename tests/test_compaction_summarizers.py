@@ -15,15 +15,14 @@ from ctxadmin.providers.clients import json_instruction
 from ctxadmin.pruning import looks_like_secret
 from ctxadmin.testing.fake_providers import FakeProvider, RecordedRequest
 from sessions_app.compaction import extractive
-from sessions_app.compaction.engine import (
+from sessions_app.compaction.engine import compact, source_index
+from sessions_app.compaction.model import (
     EngineInput,
-    Plan,
     SummarizerFailed,
     SummaryReply,
     SummaryRequest,
-    compact,
-    source_index,
 )
+from sessions_app.compaction.planning import Plan
 from sessions_app.compaction.policy import CompactionPolicy, SummarizerSpec
 from sessions_app.compaction.summarizers import (
     MAX_PROMPT_BYTES,

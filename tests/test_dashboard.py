@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from ctxadmin.dashboard import charts, selectors
+from console.dashboard import charts, selectors
 from memory.models import OutboxJob
 from sessions_app.models import Checkpoint, Event, Invocation, Session
 from tests.conftest import make_tenant

@@ -392,7 +392,7 @@ def test_memory_search_projects_ids_scores_times_and_sizes(world):
 
 
 def test_a_hit_outside_the_scope_is_never_reported(world, monkeypatch):
-    from memory import services as memory_services
+    from memory import search as memory_services
     from tests.diagnostics_helpers import seed_memories
 
     bobs = seed_memories(world.owner.client(), "acme", user="bob")

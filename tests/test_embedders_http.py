@@ -356,7 +356,7 @@ def test_the_embedding_task_isolates_an_entry_the_embedder_refuses(monkeypatch):
     """A 4xx for a batch: each entry is embedded on its own, the refused one counts a
     failure and, after three, no longer holds back the entries behind it. A provider that is
     unavailable (5xx) changes nothing: the error propagates and the beat tries again."""
-    from memory import services
+    from memory import vectors
     from memory.models import MemoryEntry
     from memory.tasks import embed_pending
     from tests.conftest import make_tenant
@@ -376,15 +376,15 @@ def test_the_embedding_task_isolates_an_entry_the_embedder_refuses(monkeypatch):
         embedder = http_embedder(fake)
         monkeypatch.setattr(embeddings_module, "embedder_from_settings", lambda: embedder)
         fake.script(fake.error(400), fake.success(), fake.error(422), fake.success())
-        assert services.embed_pending_batch() == 3
+        assert vectors.embed_pending_batch() == 3
         rows = {str(row.pk): row for row in MemoryEntry.objects.all()}
         assert [rows[i].embedding_model for i in ids] == [embedder.name, "", embedder.name]
         assert [rows[i].embed_failures for i in ids] == [0, 1, 0]
         fake.script(fake.error(400), fake.error(400))
-        assert services.embed_pending_batch() == 1
-        assert services.embed_pending_batch() == 1
+        assert vectors.embed_pending_batch() == 1
+        assert vectors.embed_pending_batch() == 1
         assert MemoryEntry.objects.get(pk=ids[1]).embed_failures == 3
-        assert services.embed_pending_batch() == 0  # given up on: nothing holds the queue
+        assert vectors.embed_pending_batch() == 0  # given up on: nothing holds the queue
         later = client.post(
             "/api/v1/apps/acme/users/alice/memories",
             {"content": "a newer memory", "embed": "async"},
@@ -392,9 +392,9 @@ def test_the_embedding_task_isolates_an_entry_the_embedder_refuses(monkeypatch):
         ).json()["id"]
         fake.script(fake.error(503))
         with pytest.raises(EmbeddingError) as caught:
-            services.embed_pending_batch()
+            vectors.embed_pending_batch()
         assert caught.value.code == "embedding_provider_error"
         row = MemoryEntry.objects.get(pk=later)
         assert row.embedding is None and row.embed_failures == 0
-        assert services.embed_pending_batch() == 1  # the provider is back
+        assert vectors.embed_pending_batch() == 1  # the provider is back
         assert MemoryEntry.objects.get(pk=later).embedding_model == embedder.name

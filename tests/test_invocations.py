@@ -9,8 +9,8 @@ import pytest
 from caching.adapters import fake_adapter
 from caching.models import CacheEntry
 from ctxadmin.testing.fake_gemini_cache import FakeGeminiCache
-from memory import outbox
-from sessions_app import fake_model
+from memory.outbox import worker
+from runner import fake_model
 from sessions_app.models import Checkpoint, Event, Invocation
 from tests.conftest import make_tenant
 from tests.test_sessions_schema import check
@@ -200,7 +200,7 @@ def test_durable_ingestion_makes_the_conversation_searchable(acme):
     answer = _invoke(acme, _body("inv-1", "My loyalty number is Quokka-77", ingestion="durable"))
     job_id = answer.json()["ingestion"]["job_id"]
     assert job_id
-    outbox.drain(job_id, budget_seconds=30)
+    worker.drain(job_id, budget_seconds=30)
     found = acme.client().post(
         "/api/v1/apps/acme/users/alice/memories/search",
         {"query": "Quokka-77", "mode": "lexical"},

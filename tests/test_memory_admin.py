@@ -14,8 +14,7 @@ from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from memory import admin as memory_admin
-from memory.governance import scope_fingerprint
+from ctxadmin.admin import CappedCountPaginator
 from memory.models import (
     Consent,
     ErasureEpoch,
@@ -24,6 +23,7 @@ from memory.models import (
     MemoryEntry,
     MemoryPolicy,
 )
+from memory.scope import scope_fingerprint
 from tests.conftest import make_operator
 
 ENTRIES = "/admin/memory/memoryentry/"
@@ -162,11 +162,11 @@ def test_the_entry_list_reads_no_content_and_a_bounded_number_of_queries(
 def test_the_entry_count_stops_at_its_cap(operator, owner, entry, monkeypatch):
     for n in range(3):
         add_memory(owner, user=f"u{n}", content=f"another {CONTENT} {n}")
-    monkeypatch.setattr(memory_admin.CappedCountPaginator, "cap", 2)
+    monkeypatch.setattr(CappedCountPaginator, "cap", 2)
     shown = operator.get(ENTRIES)
     assert shown.status_code == 200
     assert f"more than 2 {PLURAL}".encode() in shown.content
-    monkeypatch.setattr(memory_admin.CappedCountPaginator, "cap", 10)
+    monkeypatch.setattr(CappedCountPaginator, "cap", 10)
     assert f"5 {PLURAL}".encode() in operator.get(ENTRIES).content
 
 

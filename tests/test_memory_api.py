@@ -397,7 +397,7 @@ def test_reembed_command_refreshes_vectors_of_another_model(api):
 
 
 def test_the_embedding_dimension_is_checked(settings):
-    from ctxadmin.checks import check_embedding_dimension
+    from memory.checks import check_embedding_dimension
 
     assert check_embedding_dimension() == []
     settings.CTXADMIN_EMBEDDING_DIMENSION = 768
@@ -422,7 +422,8 @@ def test_vectors_of_another_embedder_are_never_compared(api):
 def test_a_memory_longer_than_an_embedding_input_is_embedded_from_its_beginning(api, owner):
     """Content may hold 32 KiB; an embedding input at most 8 KiB: the vector is the first
     8 KiB's, whether embedded at once, by the embedding task or by the outbox."""
-    from memory import embedders, outbox
+    from memory import embedders
+    from memory.outbox import worker
     from memory.tasks import embed_pending
 
     head = "é" * 4096  # 8,192 bytes of UTF-8: a cut there must not split a character
@@ -441,7 +442,7 @@ def test_a_memory_longer_than_an_embedding_input_is_embedded_from_its_beginning(
     assert appended.status_code == 201, appended.content
     admitted = api.post(f"{url()}/ingestions", {"session_id": "long"}, format="json")
     assert admitted.status_code == 202, admitted.content
-    assert outbox.drain() == {"completed": 1}
+    assert worker.drain() == {"completed": 1}
     rows = MemoryEntry.objects.filter(app=owner.app, user_id="alice")
     assert rows.count() == 3 and stored["embedding_model"] == embedder.name
     for row in rows:
@@ -455,7 +456,7 @@ def test_a_search_is_counted_without_changing_the_connections_commit_mode():
     from django.db import transaction
 
     from memory.models import SearchCount
-    from memory.services import _counted
+    from memory.search import _counted
 
     tenant = make_tenant("acme")
     client = tenant.client()

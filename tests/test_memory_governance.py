@@ -16,7 +16,8 @@ from django.utils import timezone
 from ctxadmin.canonical import fingerprint
 from ctxadmin.errors import ServiceError
 from ctxadmin.services import create_api_key
-from memory import erasure, governance, services, tasks
+from memory import entries, erasure, governance, inputs, tasks
+from memory import search as memory_search
 from memory.models import Consent, ErasureEpoch, ErasureReceipt, MemoryEntry
 from tests.conftest import make_tenant
 
@@ -198,16 +199,16 @@ class TestErasureEpoch:
         assert stale_keyed["error"]["code"] == "memory_erasure_epoch_stale"
         assert MemoryEntry.objects.count() == 0
 
-        new = services.parse_new_memory({"content": "queued in the service"})
+        new = entries.parse_new_memory({"content": "queued in the service"})
         with pytest.raises(ServiceError) as caught:
-            services.add_memory(owner.app, "alice", new, epoch=0)
+            entries.add_memory(owner.app, "alice", new, epoch=0)
         assert caught.value.code == "memory_erasure_epoch_stale"
         assert caught.value.status_code == 409
         assert MemoryEntry.objects.count() == 0
 
         add(api, content="after", erasure_epoch=1)
         add(api, content="without an epoch")
-        _entry, created = services.add_memory(owner.app, "alice", new, epoch=1)
+        _entry, created = entries.add_memory(owner.app, "alice", new, epoch=1)
         assert created and MemoryEntry.objects.count() == 3
 
     @pytest.mark.parametrize("epoch", [-1, True, "1", 1.5, 7])
@@ -398,8 +399,10 @@ class TestExpiry:
         )
         assert api.get(f"{url()}/{entry['id']}").status_code == 404
         assert search_ids(api, "Lisbon") == {keep["id"]}
-        request = services.parse_search({"query": "Lisbon", "mode": "vector"})
-        assert {hit["id"] for hit in services.search(owner.app, "alice", request)} == {keep["id"]}
+        request = inputs.parse_search({"query": "Lisbon", "mode": "vector"})
+        assert {hit["id"] for hit in memory_search.search(owner.app, "alice", request)} == {
+            keep["id"]
+        }
         assert MemoryEntry.objects.filter(id=entry["id"]).exists()
 
         assert tasks.purge_expired() == 1

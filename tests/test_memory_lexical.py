@@ -12,7 +12,8 @@ import threading
 import pytest
 from django.db import connection, connections
 
-from memory import services
+from memory import fusion, inputs
+from memory import search as memory_search
 from memory.models import MemoryEntry
 from tests.conftest import make_tenant
 from tests.test_memory_api import add, search, url
@@ -100,7 +101,7 @@ class TestRanking:
         rare = add(api, content="common words and a zebra")
         for n in range(12):
             add(api, content=f"common words {n}")
-        monkeypatch.setattr(services, "LEXICAL_MAX_CANDIDATES", 5)
+        monkeypatch.setattr(memory_search, "LEXICAL_MAX_CANDIDATES", 5)
         with caplog.at_level(logging.INFO, logger="ctxadmin.memory"):
             hits = search(api, query="zebra common", mode="lexical", limit=1)
         assert ids(hits) == [rare["id"]]
@@ -281,15 +282,15 @@ def test_each_embedder_s_default_fusion(settings):
     from memory.embedders import LocalEmbedder
     from tests.embedding_helpers import LOCAL_INSTALLED
 
-    request = services.parse_search({"query": "q"})
+    request = inputs.parse_search({"query": "q"})
     settings.CTXADMIN_EMBEDDER = "hashing"
-    assert services.fusion_for(request) == services.Fusion("fill")
+    assert memory_search.fusion_for(request) == fusion.Fusion("fill")
     if LOCAL_INSTALLED:
         settings.CTXADMIN_EMBEDDER = "local"
         assert LocalEmbedder.fusion_weight == 0.3
-        assert services.fusion_for(request) == services.Fusion("weighted", 0.7, 0.3)
-    weighted = services.parse_search({"query": "q", "weights": {"vector": 2}})
-    assert services.fusion_for(weighted) == services.Fusion("weighted", 1.0, 2.0)
+        assert memory_search.fusion_for(request) == fusion.Fusion("weighted", 0.7, 0.3)
+    weighted = inputs.parse_search({"query": "q", "weights": {"vector": 2}})
+    assert memory_search.fusion_for(weighted) == fusion.Fusion("weighted", 1.0, 2.0)
 
 
 @pytest.mark.django_db

@@ -63,7 +63,7 @@ def exact_scores(user: str, query: str, limit: int = 10) -> list[float]:
     """The scores of the scope's exact top ``limit`` (texts here share words, so several
     entries may tie: the scores, not the ids, say whether a ranking is the exact one)."""
     from memory.embedders import HashingEmbedder
-    from memory.services import vector_text
+    from memory.vectors import vector_text
 
     vector = vector_text(HashingEmbedder(384).vector(query))
     with connection.cursor() as cursor:
@@ -117,7 +117,7 @@ def test_only_a_scope_over_the_threshold_gets_an_index_and_its_search_uses_it(
 
     # The search statement is one the partial index can serve (the planner takes it once
     # other plans are ruled out, as it does for a scope of this size on its own).
-    from memory.services import vector_text
+    from memory.vectors import vector_text
 
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")
@@ -422,15 +422,16 @@ def test_a_vector_searchs_scan_settings_end_with_its_statement(
     settings are what they were. The ranking is the exact one."""
     from django.db import transaction
 
-    from memory import services
+    from memory import inputs
+    from memory import search as memory_search
 
     api = tenant.client()
     fill(api, "alice", 40)
     if path == "own index":
         assert scope_index.maintain(max_builds=1)["built"] == 1
     if path == "shared index":
-        monkeypatch.setattr(services, "EXACT_SEARCH_MAX", 0)
-    request = services.parse_search({"query": "garden basil", "mode": "vector"})
+        monkeypatch.setattr(memory_search, "EXACT_SEARCH_MAX", 0)
+    request = inputs.parse_search({"query": "garden basil", "mode": "vector"})
     names = ("enable_indexscan", "hnsw.ef_search", "hnsw.iterative_scan")
 
     def current() -> tuple:
@@ -438,12 +439,12 @@ def test_a_vector_searchs_scan_settings_end_with_its_statement(
             cursor.execute("SELECT " + ", ".join(["current_setting(%s)"] * len(names)), names)
             return cursor.fetchone()
 
-    services.search(tenant.app, "alice", request)  # loads pgvector's settings
+    memory_search.search(tenant.app, "alice", request)  # loads pgvector's settings
     before = current()
     assert before == ("on", "40", "off")
 
     with CaptureQueriesContext(connection) as captured:
-        outside = services.search(tenant.app, "alice", request)
+        outside = memory_search.search(tenant.app, "alice", request)
     assert current() == before
     # The policy; the scope's plan; the settings with the search; the count with the hits.
     statements = [query["sql"] for query in captured.captured_queries]
@@ -451,7 +452,7 @@ def test_a_vector_searchs_scan_settings_end_with_its_statement(
     assert "set_config" in statements[2] and "ORDER BY" in statements[2]
     assert "memory_searchcount" in statements[3] and "memory_memoryentry" in statements[3]
     with transaction.atomic():
-        inside = services.search(tenant.app, "alice", request)
+        inside = memory_search.search(tenant.app, "alice", request)
         assert current() == before
     assert current() == before
     assert [hit["id"] for hit in inside] == [hit["id"] for hit in outside]
@@ -461,7 +462,7 @@ def test_a_vector_searchs_scan_settings_end_with_its_statement(
 def test_the_benchmark_holds_the_maintainers_lock_and_knows_the_candidate_lists(settings):
     """The memory benchmark speaks SQL without Django: its copies of the maintainer's lock
     key and of the service's ef_search rule are the service's."""
-    from bench import memory_bench
+    from bench.memory_search import plan as memory_bench
 
     assert memory_bench.MAINTAINER_LOCK == scope_index.LOCK_KEY
     assert settings.CTXADMIN_MEMORY_SCOPE_INDEX_EF_SEARCH == memory_bench.API_EF_SEARCH

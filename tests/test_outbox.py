@@ -1,27 +1,28 @@
-"""The durable ingestion outbox, drained in this process: admission (sanitising, dedup,
-limits, the cap), claiming, leases, epoch fencing, retries, poison jobs, cancel, erasure,
-statistics, pruning and the automatic path. ``test_outbox_worker.py`` runs the same
-machinery in real worker processes, with crashes and a broker outage."""
+"""The durable ingestion outbox, drained in this process: admission (sanitising, dedup),
+claiming, leases, epoch fencing, retries and poison jobs. ``test_outbox_operations.py``
+holds cancel, erasure, statistics, limits, pruning and the automatic path;
+``test_outbox_worker.py`` runs the same machinery in real worker processes, with crashes
+and a broker outage."""
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
-from memory import erasure, outbox
+from memory import scope
 from memory.models import OutboxJob
-from memory.tasks import drain_outbox
-from tests.conftest import make_tenant
+from memory.outbox import admission, worker
 from tests.outbox_helpers import (
-    SECRET,
     admit,
+    connection_now,
     job,
     memories_url,
+    row,
     scope_entries,
     session_with_events,
+    set_due_now,
 )
 from tests.sessions_helpers import sessions_url, text
 
@@ -29,22 +30,6 @@ from tests.sessions_helpers import sessions_url, text
 @pytest.fixture
 def api(owner):
     return owner.client()
-
-
-def row(job_id: str) -> OutboxJob:
-    return OutboxJob.objects.get(pk=job_id)
-
-
-def set_due_now(job_id: str) -> None:
-    """Make a job due (a retry's backoff or a lease, over): in the test's transaction the
-    database clock stands still."""
-    OutboxJob.objects.filter(pk=job_id).update(due_at=connection_now() - timedelta(seconds=1))
-
-
-def connection_now():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
-        return cursor.fetchone()[0]
 
 
 @pytest.mark.django_db
@@ -64,7 +49,7 @@ class TestAdmissionAndProcessing:
         assert "sk-outboxSECRET" not in str(stored.payload)  # redacted at admission
         assert stored.redacted == 1
 
-        assert outbox.drain() == {"completed": 1}
+        assert worker.drain() == {"completed": 1}
         status = job(api, "acme", admitted["job_id"])
         assert status["phase"] == "completed" and status["batches"] == 3
         assert status["cursor"] == 1001 and status["attempts"] == 1
@@ -106,7 +91,7 @@ class TestAdmissionAndProcessing:
         )
         assert appended.status_code == 201, appended.content
         admitted = admit(api, "acme", "alice", "mixed").json()
-        outbox.drain()
+        worker.drain()
         status = job(api, "acme", admitted["job_id"])
         assert status["added"] == 2 and status["skipped"] == 4
         assert status["skipped_by_reason"] == {"control": 2, "empty": 1, "secret": 1}
@@ -123,10 +108,10 @@ class TestAdmissionAndProcessing:
         session_with_events(api, "acme", "alice", "s2", 6)
         first = admit(api, "acme", "alice", "s2", after_seq=4).json()
         assert (first["events"], first["first_seq"]) == (2, 5)
-        outbox.drain()
+        worker.drain()
         everything = admit(api, "acme", "alice", "s2").json()
         assert everything["job_id"] != first["job_id"]
-        outbox.drain()
+        worker.drain()
         status = job(api, "acme", everything["job_id"])
         assert (status["added"], status["duplicates"]) == (4, 2)
         assert len(scope_entries(owner.app.pk, "alice")) == 6
@@ -135,7 +120,7 @@ class TestAdmissionAndProcessing:
         assert nothing["error"]["code"] == "nothing_to_ingest"
 
     def test_more_than_5000_events_are_admitted_in_parts(self, api, monkeypatch):
-        monkeypatch.setattr(outbox, "MAX_JOB_EVENTS", 3)
+        monkeypatch.setattr(admission, "MAX_JOB_EVENTS", 3)
         session_with_events(api, "acme", "alice", "long", 5)
         first = admit(api, "acme", "alice", "long").json()
         assert first["events"] == 3 and first["more"] is True and first["next_after_seq"] == 3
@@ -147,11 +132,11 @@ class TestAdmissionAndProcessing:
         listed = api.get(f"{sessions_url('acme')}/big/events").json()["results"]
         sizes = [event["byte_size"] for event in listed]
         # Room for two events and a half: the third would pass the bound.
-        monkeypatch.setattr(outbox, "MAX_JOB_BYTES", sizes[0] + sizes[1] + sizes[2] // 2)
+        monkeypatch.setattr(admission, "MAX_JOB_BYTES", sizes[0] + sizes[1] + sizes[2] // 2)
         first = admit(api, "acme", "alice", "big").json()
         assert (first["events"], first["more"], first["next_after_seq"]) == (2, True, 2)
         # A single event over the bound still makes a job of its own.
-        monkeypatch.setattr(outbox, "MAX_JOB_BYTES", 1)
+        monkeypatch.setattr(admission, "MAX_JOB_BYTES", 1)
         alone = admit(api, "acme", "alice", "big", after_seq=2).json()
         assert (alone["events"], alone["more"], alone["next_after_seq"]) == (1, True, 3)
 
@@ -209,7 +194,7 @@ class TestAdmissionAndProcessing:
         session_with_events(api, "acme", "alice", "c", 2)
         admitted = admit(api, "acme", "alice", "c").json()
         api.put("/api/v1/apps/acme/memory-policy", {"consent_required": True}, format="json")
-        outbox.drain()
+        worker.drain()
         status = job(api, "acme", admitted["job_id"])
         assert status["phase"] == "failed" and status["attempts"] == 1
         assert status["error"]["code"] == "consent_required"
@@ -218,7 +203,7 @@ class TestAdmissionAndProcessing:
     def test_status_is_content_free(self, api):
         session_with_events(api, "acme", "alice", "quiet", 3, secret_at=1)
         admitted = admit(api, "acme", "alice", "quiet").json()
-        outbox.drain()
+        worker.drain()
         body = str(job(api, "acme", admitted["job_id"])) + str(
             api.get("/api/v1/apps/acme/outbox/stats").json()
         )
@@ -230,24 +215,24 @@ class TestLeasesEpochsAndFailures:
     def test_a_lost_lease_writes_nothing(self, api, owner):
         session_with_events(api, "acme", "alice", "s", 4)
         admitted = admit(api, "acme", "alice", "s").json()
-        claimed = outbox.claim()
+        claimed = worker.claim()
         assert claimed is not None and str(claimed.job.pk) == admitted["job_id"]
         # The lease expired and another worker claimed the job meanwhile.
         OutboxJob.objects.filter(pk=claimed.job.pk).update(owner_token="f" * 32)
-        assert outbox.process(claimed) == "lease_lost"
+        assert worker.process(claimed) == "lease_lost"
         assert scope_entries(owner.app.pk, "alice") == []
         assert row(admitted["job_id"]).cursor == 0
 
     def test_a_stale_epoch_cancels_and_writes_nothing(self, api, owner):
         session_with_events(api, "acme", "alice", "s", 4)
         admitted = admit(api, "acme", "alice", "s").json()
-        claimed = outbox.claim()
+        claimed = worker.claim()
         with connection.cursor():
             from django.db import transaction
 
             with transaction.atomic():
-                erasure._advance_epoch(owner.app, "alice")  # an erasure, as the worker sees it
-        assert outbox.process(claimed) == "cancelled"
+                scope.advance_epoch(owner.app, "alice")  # an erasure, as the worker sees it
+        assert worker.process(claimed) == "cancelled"
         status = job(api, "acme", admitted["job_id"])
         assert status["phase"] == "cancelled" and status["error"]["code"] == "stale_epoch"
         assert status["session_id"] is None  # the erased scope's ids are blanked
@@ -257,14 +242,14 @@ class TestLeasesEpochsAndFailures:
         settings.CTXADMIN_MEMORY_MAX_PER_SCOPE = 1  # every batch of 3 overflows the scope
         session_with_events(api, "acme", "alice", "s", 3)
         admitted = admit(api, "acme", "alice", "s", max_attempts=2).json()
-        assert outbox.drain() == {"retry": 1}
+        assert worker.drain() == {"retry": 1}
         status = job(api, "acme", admitted["job_id"])
         assert status["phase"] == "retry" and status["attempts"] == 1
         assert status["error"]["code"] == "memory_capacity_exceeded"
         assert status["next_attempt_at"] is not None
-        assert outbox.drain() == {}  # not due yet
+        assert worker.drain() == {}  # not due yet
         set_due_now(admitted["job_id"])
-        assert outbox.drain() == {"failed": 1}
+        assert worker.drain() == {"failed": 1}
         status = job(api, "acme", admitted["job_id"])
         assert status["phase"] == "failed" and status["attempts"] == 2
         assert status["finished_at"] is not None and row(admitted["job_id"]).payload == []
@@ -273,7 +258,7 @@ class TestLeasesEpochsAndFailures:
         again = admit(api, "acme", "alice", "s").json()
         assert again["job_id"] == admitted["job_id"] and again["deduplicated"] is False
         assert again["phase"] == "pending"
-        assert outbox.drain() == {"completed": 1}
+        assert worker.drain() == {"completed": 1}
         status = job(api, "acme", admitted["job_id"])
         assert (status["attempts"], status["added"], status["error"]) == (1, 3, None)
 
@@ -281,7 +266,7 @@ class TestLeasesEpochsAndFailures:
         settings.CTXADMIN_OUTBOX_BACKOFF_SECONDS = 2
         settings.CTXADMIN_OUTBOX_BACKOFF_MAX_SECONDS = 30
         for attempt, full in [(1, 2), (2, 4), (3, 8), (4, 16), (5, 30), (12, 30)]:
-            draws = [outbox.backoff_seconds(attempt) for _ in range(200)]
+            draws = [worker.backoff_seconds(attempt) for _ in range(200)]
             assert all(full / 2 <= d <= full for d in draws)
             assert len(set(draws)) > 1  # jittered
 
@@ -291,13 +276,13 @@ class TestLeasesEpochsAndFailures:
         poison = admit(api, "acme", "alice", "poison", max_attempts=2).json()
         fine = admit(api, "acme", "alice", "fine").json()
         for _ in range(2):  # two workers died holding it
-            claimed = outbox.claim(prefer=poison["job_id"])
+            claimed = worker.claim(prefer=poison["job_id"])
             assert str(claimed.job.pk) == poison["job_id"]
             set_due_now(poison["job_id"])  # its lease expires
         # The next claim fails the poison job and goes on to the other one.
-        claimed = outbox.claim()
+        claimed = worker.claim()
         assert str(claimed.job.pk) == fine["job_id"]
-        assert outbox.process(claimed) == "completed"
+        assert worker.process(claimed) == "completed"
         status = job(api, "acme", poison["job_id"])
         assert status["phase"] == "failed" and status["error"]["code"] == "worker_lost"
         assert status["attempts"] == 2
@@ -310,18 +295,18 @@ class TestLeasesEpochsAndFailures:
         OutboxJob.objects.filter(pk=later["job_id"]).update(
             phase="retry", due_at=connection_now() + timedelta(minutes=5)
         )
-        assert str(outbox.claim().job.pk) == now["job_id"]
-        assert outbox.claim() is None  # the retry is not due; the other is leased
+        assert str(worker.claim().job.pk) == now["job_id"]
+        assert worker.claim() is None  # the retry is not due; the other is leased
 
     def test_an_expired_lease_is_claimed_again_and_resumes_from_the_cursor(
         self, api, owner, monkeypatch
     ):
-        monkeypatch.setattr(outbox, "BATCH_EVENTS", 2)
+        monkeypatch.setattr(worker, "BATCH_EVENTS", 2)
         session_with_events(api, "acme", "alice", "s", 5)
         admitted = admit(api, "acme", "alice", "s").json()
-        claimed = outbox.claim()
+        claimed = worker.claim()
         # The worker writes one batch, then its process dies before the next.
-        real_embedded = outbox._embedded
+        real_embedded = worker._embedded
         calls = []
 
         def embedded_then_die(items):
@@ -330,328 +315,16 @@ class TestLeasesEpochsAndFailures:
                 raise SystemExit("worker died")
             return real_embedded(items)
 
-        monkeypatch.setattr(outbox, "_embedded", embedded_then_die)
+        monkeypatch.setattr(worker, "_embedded", embedded_then_die)
         with pytest.raises(SystemExit):
-            outbox.process(claimed)
-        monkeypatch.setattr(outbox, "_embedded", real_embedded)
+            worker.process(claimed)
+        monkeypatch.setattr(worker, "_embedded", real_embedded)
         assert row(admitted["job_id"]).phase == "running"
-        assert outbox.claim() is None  # leased still
+        assert worker.claim() is None  # leased still
         set_due_now(admitted["job_id"])
-        again = outbox.claim()
+        again = worker.claim()
         assert again.job.cursor == 2 and again.job.attempts == 2
-        assert outbox.process(again) == "completed"
+        assert worker.process(again) == "completed"
         status = job(api, "acme", admitted["job_id"])
         assert (status["added"], status["duplicates"], status["batches"]) == (5, 0, 3)
         assert len(scope_entries(owner.app.pk, "alice")) == 5
-
-
-@pytest.mark.django_db
-class TestCancelErasureStats:
-    def test_cancel(self, api):
-        session_with_events(api, "acme", "alice", "s", 2)
-        session_with_events(api, "acme", "alice", "t", 2)
-        admitted = admit(api, "acme", "alice", "s").json()
-        url = f"/api/v1/apps/acme/outbox/jobs/{admitted['job_id']}/cancel"
-        cancelled = api.post(url)
-        assert cancelled.status_code == 200 and cancelled.json()["phase"] == "cancelled"
-        assert cancelled.json()["error"]["code"] == "cancelled"
-        assert api.post(url).status_code == 200  # again: the same answer
-        assert row(admitted["job_id"]).payload == []
-        assert outbox.drain() == {}
-        revived = admit(api, "acme", "alice", "s").json()  # admitted again: it runs
-        assert revived["job_id"] == admitted["job_id"] and revived["phase"] == "pending"
-        assert outbox.drain() == {"completed": 1}
-        done = admit(api, "acme", "alice", "t").json()
-        outbox.drain()
-        ended = api.post(f"/api/v1/apps/acme/outbox/jobs/{done['job_id']}/cancel")
-        assert ended.status_code == 409 and ended.json()["error"]["code"] == "outbox_job_ended"
-        assert api.post(url, {"x": 1}, format="json").status_code == 400
-
-    def test_cancelling_a_running_job_stops_it_before_its_next_batch(self, api, owner):
-        session_with_events(api, "acme", "alice", "s", 3)
-        admitted = admit(api, "acme", "alice", "s").json()
-        claimed = outbox.claim()
-        api.post(f"/api/v1/apps/acme/outbox/jobs/{admitted['job_id']}/cancel")
-        assert outbox.process(claimed) == "lease_lost"
-        assert scope_entries(owner.app.pk, "alice") == []
-
-    def test_user_erasure_cancels_queued_jobs_and_a_new_epoch_makes_a_new_job(self, api, owner):
-        session_with_events(api, "acme", "alice", "s", 3)
-        admitted = admit(api, "acme", "alice", "s").json()
-        erased = api.delete(
-            memories_url("acme", "alice"), {"confirm": "erase user alice"}, format="json"
-        )
-        assert erased.status_code == 200, erased.content
-        assert erased.json()["counts"]["queued_work"] == 1
-        status = job(api, "acme", admitted["job_id"])
-        assert status["phase"] == "cancelled" and status["error"]["code"] == "erased"
-        assert status["session_id"] is None
-        stored = row(admitted["job_id"])
-        assert stored.payload == [] and stored.user_id == ""
-        assert outbox.drain() == {}
-        again = admit(api, "acme", "alice", "s").json()
-        assert again["job_id"] != admitted["job_id"] and again["erasure_epoch"] == 1
-        assert again["deduplicated"] is False
-
-    def test_user_erasure_while_running_ends_the_job_at_its_next_batch(self, api, owner):
-        session_with_events(api, "acme", "alice", "s", 3)
-        admitted = admit(api, "acme", "alice", "s").json()
-        claimed = outbox.claim()
-        api.delete(memories_url("acme", "alice"), {"confirm": "erase user alice"}, format="json")
-        assert row(admitted["job_id"]).payload == []  # cleared in the erasure
-        assert outbox.process(claimed) == "cancelled"
-        status = job(api, "acme", admitted["job_id"])
-        assert status["error"]["code"] == "stale_epoch" and status["session_id"] is None
-        assert scope_entries(owner.app.pk, "alice") == []
-
-    def test_session_erasure_cancels_that_sessions_jobs_only(self, api, owner):
-        session_with_events(api, "acme", "alice", "gone", 2)
-        session_with_events(api, "acme", "alice", "kept", 2)
-        gone = admit(api, "acme", "alice", "gone").json()
-        kept = admit(api, "acme", "alice", "kept").json()
-        erased = api.delete(f"{memories_url('acme', 'alice')}?session_id=gone")
-        assert erased.status_code == 200 and erased.json()["counts"]["queued_work"] == 1
-        outbox.drain()
-        assert job(api, "acme", gone["job_id"])["phase"] == "cancelled"
-        assert job(api, "acme", kept["job_id"])["phase"] == "completed"
-
-    def test_stats(self, api):
-        for sid in ("a", "b", "c"):
-            session_with_events(api, "acme", "alice", sid, 2)
-        ids = [admit(api, "acme", "alice", sid).json()["job_id"] for sid in ("a", "b", "c")]
-        api.post(f"/api/v1/apps/acme/outbox/jobs/{ids[0]}/cancel")
-        OutboxJob.objects.filter(pk=ids[1]).update(due_at=connection_now() - timedelta(seconds=30))
-        stats = api.get("/api/v1/apps/acme/outbox/stats").json()
-        assert stats["by_phase"]["pending"] == 2 and stats["by_phase"]["cancelled"] == 1
-        assert stats["active"] == 2 and stats["active_bytes"] > 0
-        assert stats["oldest_due_age_seconds"] >= 30 and stats["expired_leases"] == 0
-        other = make_tenant("initech").client()
-        empty = other.get("/api/v1/apps/initech/outbox/stats").json()
-        assert empty["active"] == 0 and empty["oldest_due_age_seconds"] is None
-
-
-@pytest.mark.django_db
-class TestLimitsCapAndPruning:
-    def test_bytes_limit_per_scope_names_itself(self, api, settings):
-        settings.CTXADMIN_OUTBOX_MAX_ACTIVE_BYTES_PER_SCOPE = 200
-        session_with_events(api, "acme", "alice", "big", 5)
-        refused = admit(api, "acme", "alice", "big", status=429).json()["error"]
-        assert refused["code"] == "outbox_capacity_exceeded"
-        assert refused["details"] == {"limit": "active_bytes_per_scope", "maximum": 200}
-
-    def test_the_cap_refuses_until_pruning_frees_room(self, api, settings):
-        settings.CTXADMIN_OUTBOX_MAX_ROWS = 3
-        for sid in ("a", "b", "c", "d", "e"):
-            session_with_events(api, "acme", "alice", sid, 1)
-        done = [admit(api, "acme", "alice", sid).json()["job_id"] for sid in ("a", "b")]
-        outbox.drain()
-        live = admit(api, "acme", "alice", "c").json()["job_id"]
-        refused = admit(api, "acme", "alice", "d", status=429).json()["error"]
-        assert refused["code"] == "terminal_retention_full"
-        assert refused["details"] == {"limit": "rows", "maximum": 3}
-        # Pruning within the retention period removes nothing.
-        assert outbox.prune(10) == 0
-        assert outbox.prune(1, older_than=timedelta(0)) == 1
-        remaining = {str(pk) for pk in OutboxJob.objects.values_list("id", flat=True)}
-        assert remaining == {done[1], live}  # the oldest ended job went; the live one stays
-        admit(api, "acme", "alice", "d")
-        assert admit(api, "acme", "alice", "e", status=429).json()["error"]["code"] == (
-            "terminal_retention_full"
-        )
-        # Only ended jobs are ever pruned.
-        assert outbox.prune(10, older_than=timedelta(0)) == 1
-        assert {r.phase for r in OutboxJob.objects.all()} == {"pending"}
-
-    def test_the_prune_task_uses_the_retention_setting(self, api, settings):
-        settings.CTXADMIN_OUTBOX_RETENTION_SECONDS = 0
-        settings.CTXADMIN_OUTBOX_PRUNE_BATCH = 2
-        for sid in ("a", "b", "c"):
-            session_with_events(api, "acme", "alice", sid, 1)
-            admit(api, "acme", "alice", sid)
-        outbox.drain()
-        from memory.tasks import prune_outbox
-
-        assert prune_outbox() == 3
-        assert OutboxJob.objects.count() == 0
-
-
-@pytest.mark.django_db(transaction=True)
-class TestConcurrentAdmission:
-    def test_ten_concurrent_enqueues_in_one_scope_then_the_global_limit(
-        self, settings, monkeypatch
-    ):
-        # The jobs must stay active: no worker of this run may be told to drain them.
-        monkeypatch.setattr(drain_outbox, "delay_on_commit", lambda *args, **kwargs: None)
-        settings.CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS = 4
-        settings.CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS_PER_SCOPE = 2
-        tenant = make_tenant("acme")
-        client = tenant.client()
-        for n in range(10):
-            session_with_events(client, "acme", "alice", f"s{n}", 1)
-        for user in ("bob", "carol"):
-            session_with_events(client, "acme", user, "s", 1)
-        barrier = threading.Barrier(10)
-        codes: list[tuple[int, dict]] = []
-
-        def enqueue(n: int) -> None:
-            try:
-                barrier.wait()
-                result = tenant.client().post(
-                    f"{memories_url('acme', 'alice')}/ingestions",
-                    {"session_id": f"s{n}"},
-                    format="json",
-                )
-                codes.append((result.status_code, result.json()))
-            finally:
-                connections.close_all()
-
-        threads = [threading.Thread(target=enqueue, args=(n,)) for n in range(10)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        accepted = [body for code, body in codes if code == 202]
-        refused = [body["error"] for code, body in codes if code == 429]
-        assert len(accepted) == 2 and len(refused) == 8
-        assert all(e["details"]["limit"] == "active_jobs_per_scope" for e in refused)
-        admit(client, "acme", "bob", "s")
-        admit(client, "acme", "bob", "s", status=200)  # a duplicate is never refused
-        admit(client, "acme", "carol", "s")  # the fourth active job
-        assert OutboxJob.objects.filter(phase="pending").count() == 4
-        session_with_events(client, "acme", "dave", "s", 1)
-        refused = admit(client, "acme", "dave", "s", status=429).json()["error"]
-        assert refused["details"] == {"limit": "active_jobs", "maximum": 4}
-
-    def test_the_drain_task_takes_ids_only(self):
-        with pytest.raises(TypeError):
-            drain_outbox.delay("the user's words")
-
-
-@pytest.mark.django_db
-class TestAutomaticPath:
-    def test_on_success_admits_when_an_invocation_completes(
-        self, api, owner, django_capture_on_commit_callbacks
-    ):
-        assert (
-            api.put(
-                "/api/v1/apps/acme/memory-policy", {"ingestion": "on_success"}, format="json"
-            ).json()["ingestion"]
-            == "on_success"
-        )
-        api.post(sessions_url("acme"), {"session_id": "auto"}, format="json")
-        events_url = f"{sessions_url('acme')}/auto/events"
-
-        def append(event):
-            with django_capture_on_commit_callbacks() as published:
-                assert api.post(events_url, {"event": event}, format="json").status_code == 201
-            return published
-
-        append(text("user", "I adopted a cat named Miso"))
-        assert OutboxJob.objects.count() == 0  # the invocation has not completed
-        assert len(append(text("agent", "Congratulations on Miso!", turn_complete=True))) == 1
-        [first] = OutboxJob.objects.all()
-        assert (first.first_seq, first.last_seq, first.events) == (1, 2, 2)
-        append(text("user", "Miso is two years old"))
-        append(text("agent", "Noted.", turn_complete=True))
-        second = OutboxJob.objects.exclude(pk=first.pk).get()
-        assert (second.first_seq, second.last_seq) == (3, 4)
-        outbox.drain()
-        assert len(scope_entries(owner.app.pk, "alice")) == 4
-
-    @pytest.mark.django_db(transaction=True)  # the clock moves between statements
-    def test_erased_memory_never_comes_back_from_older_events(self, monkeypatch):
-        """After a user's or a session's erasure, the automatic path admits only the events
-        appended since: the session's older events, still stored, stay out of memory."""
-        # This test drains the jobs itself: no worker of this run is told of them.
-        monkeypatch.setattr(drain_outbox, "delay_on_commit", lambda *args, **kwargs: None)
-        owner = make_tenant("acme")
-        api = owner.client()
-        api.put("/api/v1/apps/acme/memory-policy", {"ingestion": "on_success"}, format="json")
-        api.post(sessions_url("acme"), {"session_id": "auto"}, format="json")
-        events_url = f"{sessions_url('acme')}/auto/events"
-
-        def turn(user_words: str, answer: str) -> None:
-            for event in (text("user", user_words), text("agent", answer, turn_complete=True)):
-                assert api.post(events_url, {"event": event}, format="json").status_code == 201
-            outbox.drain()
-
-        def remembered() -> list[str]:
-            return sorted(content for _key, content in scope_entries(owner.app.pk, "alice"))
-
-        turn("my sister is called Ana", "Noted, Ana.")
-        assert remembered() == ["Noted, Ana.", "my sister is called Ana"]
-        erased = api.delete(
-            memories_url("acme", "alice"), {"confirm": "erase user alice"}, format="json"
-        )
-        assert erased.status_code == 200
-        turn("I like chess", "Chess it is.")
-        assert remembered() == ["Chess it is.", "I like chess"]
-        assert api.delete(f"{memories_url('acme', 'alice')}?session_id=auto").status_code == 200
-        turn("I moved to Porto", "Porto is lovely.")
-        assert remembered() == ["I moved to Porto", "Porto is lovely."]
-        # An explicit admission is the client's own request: it may ingest everything again.
-        admit(api, "acme", "alice", "auto")
-        outbox.drain()
-        assert len(remembered()) == 6
-
-    def test_off_by_default(self, api, django_capture_on_commit_callbacks):
-        api.post(sessions_url("acme"), {"session_id": "manual"}, format="json")
-        with django_capture_on_commit_callbacks(execute=True) as callbacks:
-            api.post(
-                f"{sessions_url('acme')}/manual/events",
-                {"event": text("agent", "Done.", turn_complete=True)},
-                format="json",
-            )
-        assert callbacks == []  # nothing admitted, nothing published
-        assert OutboxJob.objects.count() == 0
-        policy = api.get("/api/v1/apps/acme/memory-policy").json()
-        assert policy["ingestion"] == "off"
-        bad = api.put("/api/v1/apps/acme/memory-policy", {"ingestion": "always"}, format="json")
-        assert bad.status_code == 400
-
-
-def test_secret_text_redaction():
-    from ctxadmin.pruning import looks_like_secret, redact_secret_text
-
-    redacted = redact_secret_text(SECRET)
-    assert "sk-outbox" not in redacted and not looks_like_secret(redacted)
-    block = "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\nabc\n-----END RSA PRIVATE KEY-----\nbye"
-    assert redact_secret_text(block) == "key:\n[redacted]\nbye"
-    assert redact_secret_text("-----BEGIN PRIVATE KEY-----\nMIIE") == "[redacted]"
-
-
-@pytest.mark.django_db
-class TestIndexesAndMetrics:
-    def plan(self, sql: str, params=None) -> str:
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN {sql}", params)
-            return "\n".join(row[0] for row in cursor.fetchall())
-
-    def test_claiming_and_pruning_read_their_partial_indexes(self):
-        assert "outbox_claimable" in self.plan(outbox.CLAIM_NEXT_SQL)
-        assert "outbox_terminal" in self.plan(outbox.PRUNE_SQL, [timedelta(days=7), 1000])
-
-    def test_counters_follow_admissions_and_endings(self, api):
-        from prometheus_client import REGISTRY
-
-        def value(name, **labels):
-            return REGISTRY.get_sample_value(name, labels) or 0.0
-
-        before = (
-            value("ctxadmin_outbox_admissions_total", outcome="admitted"),
-            value("ctxadmin_outbox_admissions_total", outcome="deduplicated"),
-            value("ctxadmin_outbox_jobs_ended_total", phase="completed", code=""),
-            value("ctxadmin_outbox_events_total", fate="added"),
-        )
-        session_with_events(api, "acme", "alice", "m", 3)
-        admit(api, "acme", "alice", "m")
-        admit(api, "acme", "alice", "m", status=200)
-        outbox.drain()
-        after = (
-            value("ctxadmin_outbox_admissions_total", outcome="admitted"),
-            value("ctxadmin_outbox_admissions_total", outcome="deduplicated"),
-            value("ctxadmin_outbox_jobs_ended_total", phase="completed", code=""),
-            value("ctxadmin_outbox_events_total", fate="added"),
-        )
-        assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 1, 3]

@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 from django.db import connection, connections
 
-from memory import outbox
 from memory.models import OutboxJob
+from memory.outbox import operations
 from memory.tasks import drain_outbox
 from tests.conftest import make_tenant
 from tests.outbox_helpers import admit, memories_url, session_with_events
@@ -137,7 +137,7 @@ def test_byte_caps_per_scope_and_in_the_deployment_hold(settings):
     # One job's payload, measured on a job that is then cancelled (no longer active).
     sample = admit(tenants["acme"].client(), "acme", "carol", "s00").json()["job_id"]
     size = OutboxJob.objects.get(pk=sample).payload_bytes
-    outbox.cancel(tenants["acme"].app, sample)
+    operations.cancel(tenants["acme"].app, sample)
     settings.CTXADMIN_OUTBOX_MAX_ACTIVE_BYTES_PER_SCOPE = 3 * size + size // 2
     settings.CTXADMIN_OUTBOX_MAX_ACTIVE_BYTES = 5 * size + size // 2
     bytes_now = (
@@ -161,7 +161,7 @@ def test_the_row_cap_holds_with_duplicates_and_a_revived_job_in_the_crowd(settin
     tenants = {"acme": make_tenant("acme")}
     made = sessions(tenants, {("acme", "alice"): 10})
     revived = admit(tenants["acme"].client(), "acme", "alice", "s00").json()["job_id"]
-    outbox.cancel(tenants["acme"].app, revived)  # one ended row, revivable
+    operations.cancel(tenants["acme"].app, revived)  # one ended row, revivable
     crowd = made + [("acme", "alice", "s01")] * 4  # s01 five times: one job
     with Sampler("SELECT count(*) FROM memory_outboxjob") as sampled:
         answers = at_once(tenants, crowd)

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from ctxadmin import stack
-from memory.governance import scope_fingerprint
 from memory.models import OutboxJob
+from memory.scope import scope_fingerprint
 from memory.tasks import drain_outbox
 from tests.conftest import (
     database_url_for_current_connection,

@@ -1002,8 +1002,8 @@ def test_every_credential_name_and_format_is_pruned_refused_skipped_or_redacted(
     every ordinary one; ``memories/events`` skips the first and adds the second; outbox
     ingestion redacts each credential out of a sentence and keeps the sentence; an inline
     compaction over user, model and tool turns holding them stores none in its summary."""
-    from memory import outbox
     from memory.models import MemoryEntry
+    from memory.outbox import worker
     from memory.tasks import drain_outbox
     from sessions_app.models import Checkpoint
     from tests.secret_tables import ORDINARY_KEYS, ORDINARY_TEXTS, SECRET_KEYS, credential_texts
@@ -1082,7 +1082,7 @@ def test_every_credential_name_and_format_is_pruned_refused_skipped_or_redacted(
     assert answer.status_code == 201, answer.content[:400]
     job = api.post(f"{BASE}/memories/ingestions", {"session_id": "ingest"}, format="json")
     assert job.status_code == 202, job.content
-    assert outbox.drain() == {"completed": 1}
+    assert worker.drain() == {"completed": 1}
     ingested = dict(
         MemoryEntry.objects.filter(session_id="ingest").values_list("event_id", "content")
     )

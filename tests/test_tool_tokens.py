@@ -343,7 +343,7 @@ def test_an_open_call_survives_a_purge_compaction_and_so_does_its_token(acme):
 
 def test_purging_the_event_of_a_call_ends_its_tokens(acme):
     """Whatever deletes a call's event through ``purge`` ends the call's tokens with it."""
-    from sessions_app.compaction import services as compaction_services
+    from sessions_app.compaction import commit
     from sessions_app.models import Checkpoint, Event
 
     _call(acme)
@@ -356,7 +356,7 @@ def test_purging_the_event_of_a_call_ends_its_tokens(acme):
     checkpoint = Checkpoint.objects.create(
         id=uuid.uuid4(), session=row.session, status=Checkpoint.ACTIVE, origin="manual"
     )
-    compaction_services._purge(row.session_id, checkpoint, [first_text.event_id])
+    commit.purge_events(row.session_id, checkpoint, [first_text.event_id])
     row.refresh_from_db()
     assert row.revoked_reason == "purged" and row.revoked_at is not None
     assert _as(token["token"]).get("/api/v1/apps/acme/tool-token").status_code == 401

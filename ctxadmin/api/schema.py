@@ -82,3 +82,28 @@ def add_error_envelope(result, generator, request, public):
 def ref(name: str) -> dict:
     """A JSON Schema reference to the component ``name``."""
     return {"$ref": f"#/components/schemas/{name}"}
+
+
+#: Any JSON object.
+OBJECT = {"type": "object", "additionalProperties": True}
+
+
+def strict(properties: dict, required: list[str] | None = None, **extra) -> dict:
+    """An object schema with exactly ``properties`` (unknown keys are refused, as the API
+    refuses them)."""
+    schema = {"type": "object", "additionalProperties": False, "properties": properties, **extra}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def page(item: str) -> dict:
+    """A cursor page of ``item``s."""
+    return strict(
+        {
+            "results": {"type": "array", "items": ref(item)},
+            "next": {"type": "string", "nullable": True},
+            "previous": {"type": "string", "nullable": True},
+        },
+        ["results", "next", "previous"],
+    )

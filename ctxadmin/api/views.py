@@ -13,15 +13,10 @@ from rest_framework import exceptions
 from rest_framework.generics import GenericAPIView
 
 from ctxadmin.api.paths import path_segment_error
+from ctxadmin.delegated import DelegatedCredential
 from ctxadmin.errors import ServiceError
 from ctxadmin.models import ApiKey, App
 from ctxadmin.pruning import MAX_ECHOED, echoed
-
-
-def _tool_token(credential):
-    from sessions_app.models import ToolToken
-
-    return credential if isinstance(credential, ToolToken) else None
 
 
 class AppScopedView(GenericAPIView):
@@ -49,7 +44,7 @@ class AppScopedView(GenericAPIView):
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)  # authentication and IsAuthenticated
         key = request.auth
-        tool_token = _tool_token(key)
+        tool_token = key if isinstance(key, DelegatedCredential) else None
         if not isinstance(key, ApiKey) and tool_token is None:
             raise exceptions.NotAuthenticated()
         if key.app.name != kwargs.get("app"):
@@ -82,12 +77,13 @@ class AppScopedView(GenericAPIView):
         self.tenant = key.app
         self.user_id = kwargs.get("user")
 
-    def _check_tool_token(self, token, method: str, kwargs: dict) -> None:
-        """A tool token reaches only its own user and session (anything else is 404, as for
-        another app), and only with the capability this endpoint needs."""
-        if kwargs.get("user", token.session.user_id) != token.session.user_id:
+    def _check_tool_token(self, token: DelegatedCredential, method: str, kwargs: dict) -> None:
+        """A delegated credential (a tool token) reaches only its own user and session
+        (anything else is 404, as for another app), and only with the capability this
+        endpoint needs."""
+        if kwargs.get("user", token.bound_user_id) != token.bound_user_id:
             raise exceptions.NotFound()
-        if kwargs.get("sid", token.session.session_id) != token.session.session_id:
+        if kwargs.get("sid", token.bound_session_id) != token.bound_session_id:
             raise exceptions.NotFound()
         needed = self.tool_capabilities.get(method, self.tool_capabilities.get("*"))
         if needed is None or needed not in token.capabilities:

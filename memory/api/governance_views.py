@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from ctxadmin.api.schema import ref
 from ctxadmin.models import SCOPE_ADMIN, SCOPE_MEMORY
-from memory import erasure, governance
+from memory import governance, scope
 from memory.api.views import JSON, MemoryScopedView
 
 
@@ -95,4 +95,4 @@ class MemoryErasureEpochView(MemoryScopedView):
         operation_id="memory_erasure_epoch_get", responses={200: ref("MemoryErasureEpoch")}
     )
     def get(self, request, app, user):
-        return Response({"erasure_epoch": erasure.current_epoch(self.tenant, user)})
+        return Response({"erasure_epoch": scope.current_epoch(self.tenant, user)})

@@ -7,8 +7,8 @@ from rest_framework.response import Response
 
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.schema import ref
-from ctxadmin.errors import strict_object
-from memory import ingest, services
+from ctxadmin.errors import invalid, strict_object
+from memory import ingest
 from memory.api.views import JSON, MemoryScopedView
 
 
@@ -26,7 +26,7 @@ class MemoryEventsView(MemoryScopedView):
         strict_object(body, {"session_id", "events"})
         session_id = body.get("session_id")
         if not isinstance(session_id, str) or path_segment_error("sid", session_id):
-            raise services.invalid("session_id", "must be a session id")
+            raise invalid("session_id", "must be a session id")
         result = ingest.add_events(self.tenant, user, session_id, body.get("events"))
         return Response(
             {

@@ -11,8 +11,10 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from ctxadmin.api.schema import ref
-from memory import outbox
+from ctxadmin.errors import invalid
 from memory.api.views import JSON, MemoryScopedView
+from memory.outbox import admission as outbox_admission
+from memory.outbox import operations
 
 
 def _status_url(request, app: str, job_id: str) -> str:
@@ -35,8 +37,8 @@ class MemoryIngestionsView(MemoryScopedView):
         responses={202: ref("OutboxAdmitted"), 200: ref("OutboxAdmitted")},
     )
     def post(self, request, app, user):
-        session_id, after_seq, attempts = outbox.parse_request(request.data)
-        admission = outbox.admit(
+        session_id, after_seq, attempts = outbox_admission.parse_request(request.data)
+        admission = outbox_admission.admit(
             self.tenant, user, session_id, after_seq=after_seq, max_attempts=attempts
         )
         job = admission.job
@@ -61,7 +63,7 @@ class OutboxJobView(MemoryScopedView):
 
     @extend_schema(operation_id="outbox_job_get", responses={200: ref("OutboxJob")})
     def get(self, request, app, job_id):
-        return Response(outbox.job_json(outbox.get_job(self.tenant, job_id)))
+        return Response(operations.job_json(operations.get_job(self.tenant, job_id)))
 
 
 class OutboxJobCancelView(MemoryScopedView):
@@ -77,8 +79,8 @@ class OutboxJobCancelView(MemoryScopedView):
     )
     def post(self, request, app, job_id):
         if request.data:
-            raise outbox.invalid("body", "cancelling a job takes no body")
-        return Response(outbox.job_json(outbox.cancel(self.tenant, job_id)))
+            raise invalid("body", "cancelling a job takes no body")
+        return Response(operations.job_json(operations.cancel(self.tenant, job_id)))
 
 
 class OutboxStatsView(MemoryScopedView):
@@ -86,4 +88,4 @@ class OutboxStatsView(MemoryScopedView):
 
     @extend_schema(operation_id="outbox_stats", responses={200: ref("OutboxStats")})
     def get(self, request, app):
-        return Response(outbox.stats(self.tenant))
+        return Response(operations.stats(self.tenant))

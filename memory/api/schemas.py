@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
 from memory.filters import MAX_CONDITIONS, MAX_IN_VALUES, MAX_STRING_BYTES
-from memory.governance import MAX_RETENTION_DAYS, MAX_TTL_SECONDS
+from memory.inputs import (
+    EMBED_MODES,
+    INGESTION_MODES,
+    KEY_PATTERN,
+    MAX_INGEST_EVENTS,
+    MAX_KEY_LENGTH,
+    MAX_QUERY_BYTES,
+    MAX_RETENTION_DAYS,
+    MAX_SEARCH_LIMIT,
+    MAX_TTL_SECONDS,
+    MAX_WEIGHT,
+    MODES,
+    SCORE_TYPES,
+)
+from memory.models import OutboxJob
+from memory.outbox.admission import MAX_ATTEMPTS_LIMIT, MAX_JOB_EVENTS
 
 _OBJECT = {"type": "object", "additionalProperties": True}
 _NULLABLE_STRING = {"type": "string", "nullable": True}
@@ -50,11 +65,11 @@ COMPONENTS = {
             "provenance": {**_PROVENANCE_INPUT, "nullable": True},
             "idempotency_key": {
                 "type": "string",
-                "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}$",
-                "maxLength": 256,
+                "pattern": f"^{KEY_PATTERN}$",
+                "maxLength": MAX_KEY_LENGTH,
                 "nullable": True,
             },
-            "embed": {"enum": ["auto", "sync", "async"]},
+            "embed": {"enum": list(EMBED_MODES)},
             "erasure_epoch": {
                 "type": "integer",
                 "minimum": 0,
@@ -93,8 +108,8 @@ COMPONENTS = {
     ),
     "MemorySearch": _strict(
         {
-            "query": {"type": "string", "minLength": 1, "maxLength": 4096},
-            "mode": {"enum": ["lexical", "vector", "hybrid"]},
+            "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_BYTES},
+            "mode": {"enum": list(MODES)},
             "filter": {
                 **_OBJECT,
                 "nullable": True,
@@ -103,14 +118,14 @@ COMPONENTS = {
                 f"{MAX_IN_VALUES} values in each `$in`/`$nin` and {MAX_STRING_BYTES} bytes "
                 "(UTF-8) of string values in all; beyond, 400 `validation_error` on `filter`.",
             },
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT},
             "min_score": {"type": "number", "nullable": True},
             # null: the embedder's measured fusion, as when absent.
             "weights": {
                 **_strict(
                     {
-                        "lexical": {"type": "number", "minimum": 0, "maximum": 100},
-                        "vector": {"type": "number", "minimum": 0, "maximum": 100},
+                        "lexical": {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT},
+                        "vector": {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT},
                     }
                 ),
                 "minProperties": 1,
@@ -128,7 +143,7 @@ COMPONENTS = {
                         "id": {"type": "string", "format": "uuid"},
                         "content": {"type": "string"},
                         "score": {"type": "number"},
-                        "score_type": {"enum": ["bm25", "cosine", "rrf", "weighted"]},
+                        "score_type": {"enum": list(SCORE_TYPES)},
                         "timestamp": {"type": "string", "format": "date-time"},
                         "metadata": _OBJECT,
                         "provenance": _PROVENANCE,
@@ -156,7 +171,7 @@ COMPONENTS["MemoryEventsRequest"] = _strict(
             "type": "array",
             "items": {"$ref": "#/components/schemas/EventInput"},
             "minItems": 1,
-            "maxItems": 500,
+            "maxItems": MAX_INGEST_EVENTS,
         },
     },
     ["session_id", "events"],
@@ -199,7 +214,7 @@ _POLICY_FIELDS = {
         "description": "No erasure (409 legal_hold) and no expiry purge in the whole app.",
     },
     "ingestion": {
-        "enum": ["off", "on_success"],
+        "enum": list(INGESTION_MODES),
         "description": "on_success: an append that completes an invocation (turn_complete, or "
         "a final text answer of the model) admits a durable ingestion job for the session's "
         "events not yet admitted.",
@@ -300,7 +315,7 @@ def add_components(result, generator, request, public):
 
 
 _COUNT = {"type": "integer", "minimum": 0}
-_PHASE = {"enum": ["pending", "running", "retry", "completed", "failed", "cancelled"]}
+_PHASE = {"enum": [phase for phase, _label in OutboxJob.PHASES]}
 COMPONENTS["OutboxAdmission"] = _strict(
     {
         "session_id": _SESSION_ID,
@@ -309,7 +324,7 @@ COMPONENTS["OutboxAdmission"] = _strict(
             "minimum": 0,
             "description": "ingest the events after this seq (default 0: from the first)",
         },
-        "max_attempts": {"type": "integer", "minimum": 1, "maximum": 20},
+        "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
     },
     ["session_id"],
 )
@@ -319,7 +334,7 @@ COMPONENTS["OutboxAdmitted"] = _strict(
         "status_url": {"type": "string", "format": "uri"},
         "deduplicated": {"type": "boolean"},
         "phase": _PHASE,
-        "events": {"type": "integer", "minimum": 1, "maximum": 5000},
+        "events": {"type": "integer", "minimum": 1, "maximum": MAX_JOB_EVENTS},
         "first_seq": {"type": "integer"},
         "last_seq": {"type": "integer"},
         "erasure_epoch": _COUNT,

@@ -9,10 +9,11 @@ from rest_framework.response import Response
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
-from ctxadmin.errors import ServiceError
+from ctxadmin.errors import ServiceError, invalid
 from ctxadmin.models import SCOPE_MEMORY
 from ctxadmin.pruning import MAX_ECHOED, echoed
-from memory import erasure, services
+from memory import entries, erasure, inputs
+from memory import search as memory_search
 
 JSON = "application/json"
 
@@ -43,8 +44,8 @@ class MemoryListView(MemoryScopedView):
                 f"unknown query parameter {echoed(unknown[0])!r}",
                 details={"unknown": [echoed(name) for name in unknown[:MAX_ECHOED]], "allowed": []},
             )
-        new = services.parse_new_memory(request.data)
-        entry, created = services.add_memory(self.tenant, user, new)
+        new = entries.parse_new_memory(request.data)
+        entry, created = entries.add_memory(self.tenant, user, new)
         return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(
@@ -64,12 +65,12 @@ class MemoryListView(MemoryScopedView):
         key_prefix = request.auth.prefix
         sessions = request.query_params.getlist("session_id")
         if not sessions:
-            erasure.parse_user_confirmation(request.data, user)
+            inputs.parse_user_confirmation(request.data, user)
             return Response(erasure.erase_user(self.tenant, user, key_prefix))
         if len(sessions) > 1 or path_segment_error("sid", sessions[0]):
-            raise services.invalid("session_id", "must be one session id")
+            raise invalid("session_id", "must be one session id")
         if request.data:
-            raise services.invalid("body", "erasing a session takes no body")
+            raise invalid("body", "erasing a session takes no body")
         return Response(erasure.erase_session(self.tenant, user, sessions[0], key_prefix))
 
 
@@ -78,7 +79,7 @@ class MemoryDetailView(MemoryScopedView):
 
     @extend_schema(operation_id="memories_get", responses={200: ref("Memory")})
     def get(self, request, app, user, memory_id):
-        return Response(services.get_memory(self.tenant, user, memory_id))
+        return Response(entries.get_memory(self.tenant, user, memory_id))
 
     @extend_schema(
         operation_id="memories_delete",
@@ -100,5 +101,5 @@ class MemorySearchView(MemoryScopedView):
         responses={200: ref("MemorySearchResult")},
     )
     def post(self, request, app, user):
-        search = services.parse_search(request.data)
-        return Response({"hits": services.search(self.tenant, user, search)})
+        search = inputs.parse_search(request.data)
+        return Response({"hits": memory_search.search(self.tenant, user, search)})

@@ -11,16 +11,15 @@ from rest_framework.response import Response
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
-from ctxadmin.errors import ServiceError, strict_object
+from ctxadmin.errors import ServiceError, invalid, strict_object
 from ctxadmin.models import SCOPE_SESSIONS
-from sessions_app import services as session_services
+from sessions_app import history
 from sessions_app.api.views import JSON, SessionsScopedView
-from sessions_app.compaction import services
-from sessions_app.compaction.policy import LIMITS
+from sessions_app.compaction import policies, requests
+from sessions_app.compaction.policy import DEFAULT_POLICY, LIMITS
 from sessions_app.events import iso_timestamp
 from sessions_app.models import Checkpoint
 
-invalid = session_services.invalid
 REQUEST_KEYS = frozenset(
     {"compaction_id", "async", "timeout_ms", "expected_head", "source_event_ids"}
 )
@@ -34,7 +33,7 @@ def checkpoint_json(
     only on the detail view (to the owning app's key). ``public`` maps checkpoints' own keys
     to their compaction ids (read here when not given)."""
     if public is None:
-        public = services.compaction_ids([row.parent_id, row.subsumed_by_id])
+        public = history.compaction_ids([row.parent_id, row.subsumed_by_id])
     body = {
         "compaction_id": str(row.compaction_id),
         "status": row.status,
@@ -84,9 +83,9 @@ class AppCompactionPolicyView(AppScopedView):
 
     @extend_schema(operation_id="app_compaction_policy_get", responses={200: ref("PolicyState")})
     def get(self, request, app):
-        policy = services.app_policy(self.tenant)
+        policy = policies.app_policy(self.tenant)
         if policy is None:
-            return Response(_policy_json(services.DEFAULT_POLICY, "default"))
+            return Response(_policy_json(DEFAULT_POLICY, "default"))
         return Response(_policy_json(policy, "app"))
 
     @extend_schema(
@@ -95,11 +94,11 @@ class AppCompactionPolicyView(AppScopedView):
         responses={200: ref("PolicyState")},
     )
     def put(self, request, app):
-        return Response(_policy_json(services.set_app_policy(self.tenant, request.data), "app"))
+        return Response(_policy_json(policies.set_app_policy(self.tenant, request.data), "app"))
 
     @extend_schema(operation_id="app_compaction_policy_delete", responses={204: None})
     def delete(self, request, app):
-        services.clear_app_policy(self.tenant)
+        policies.clear_app_policy(self.tenant)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -111,7 +110,7 @@ class SessionCompactionPolicyView(SessionsScopedView):
     )
     def get(self, request, app, user, sid):
         session = self.session_or_404(sid)
-        return Response(_policy_json(*services.effective_policy(session)))
+        return Response(_policy_json(*policies.effective_policy(session)))
 
     @extend_schema(
         operation_id="session_compaction_policy_put",
@@ -120,15 +119,15 @@ class SessionCompactionPolicyView(SessionsScopedView):
     )
     def put(self, request, app, user, sid):
         session = self.session_or_404(sid)
-        return Response(_policy_json(services.set_session_policy(session, request.data), "session"))
+        return Response(_policy_json(policies.set_session_policy(session, request.data), "session"))
 
     @extend_schema(operation_id="session_compaction_policy_delete", responses={204: None})
     def delete(self, request, app, user, sid):
-        services.clear_session_policy(self.session_or_404(sid))
+        policies.clear_session_policy(self.session_or_404(sid))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-def parse_manual_request(body) -> services.ManualRequest:
+def parse_manual_request(body) -> requests.ManualRequest:
     if body is None:
         body = {}
     strict_object(body, REQUEST_KEYS)
@@ -166,7 +165,7 @@ def parse_manual_request(body) -> services.ManualRequest:
         ):
             raise invalid("source_event_ids", f"must be a list of 1 to {MAX_SOURCE_IDS} event ids")
         ids = tuple(ids)
-    return services.ManualRequest(compaction_id, run_async, timeout, check_head, head, ids)
+    return requests.ManualRequest(compaction_id, run_async, timeout, check_head, head, ids)
 
 
 class CompactionListView(SessionsScopedView):
@@ -181,7 +180,7 @@ class CompactionListView(SessionsScopedView):
         page = self.paginate_queryset(
             Checkpoint.objects.filter(session=session).defer("summary", "items_json")
         )
-        public = services.compaction_ids(
+        public = history.compaction_ids(
             {key for row in page for key in (row.id, row.parent_id, row.subsumed_by_id)}
         )
         return self.get_paginated_response(
@@ -200,7 +199,7 @@ class CompactionListView(SessionsScopedView):
     def post(self, request, app, user, sid):
         manual = parse_manual_request(request.data)
         session = self.session_or_404(sid)
-        row, created = services.request_manual(session, manual)
+        row, created = requests.request_manual(session, manual)
         if row.status == Checkpoint.PENDING:
             url = request.build_absolute_uri(f"{request.path}/{row.compaction_id}")
             return Response(
@@ -229,5 +228,5 @@ class CompactionDetailView(SessionsScopedView):
     @extend_schema(operation_id="compactions_get", responses={200: ref("CompactionDetail")})
     def get(self, request, app, user, sid, compaction_id):
         session = self.session_or_404(sid)
-        row = services.get_checkpoint(session, compaction_id)
+        row = requests.get_checkpoint(session, compaction_id)
         return Response(checkpoint_json(row, with_summary=True))

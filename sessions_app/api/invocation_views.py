@@ -1,4 +1,4 @@
-"""Invocations over REST: one model call with managed context for a session."""
+"""Tool tokens and session state over REST: what an invocation's tools act with."""
 
 from __future__ import annotations
 
@@ -8,32 +8,11 @@ from rest_framework.response import Response
 
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
-from sessions_app import invocations, selectors, services, tool_tokens
+from ctxadmin.errors import not_found
+from sessions_app import selectors, tool_tokens
 from sessions_app.api.views import SessionsScopedView
 
 JSON = "application/json"
-
-
-class InvocationListView(SessionsScopedView):
-    @extend_schema(
-        operation_id="invocations_run",
-        description="Append the input, build the context (compacting under token pressure, "
-        "preloading memory), reuse the provider's prefix cache, call the model, append its "
-        "answer and ingest: 201 with the model's content and content-free accounting; 200 "
-        "when the same `invocation_id` and request already completed (the stored answer). "
-        "409 `invocation_conflict` (the id was used for another request), "
-        "`invocation_in_progress`, `invocation_failed`. Provider failures: 429 "
-        "`provider_rate_limited` (Retry-After), 504 `provider_timeout`, 503 "
-        "`provider_unavailable`, 502 `provider_rejected` / `provider_auth_failed` / "
-        "`provider_bad_response`; the input stays stored.",
-        request={JSON: ref("InvocationRequest")},
-        responses={201: ref("Invocation"), 200: ref("Invocation")},
-    )
-    def post(self, request, app, user, sid):
-        parsed = invocations.parse_request(request.data)
-        session = self.session_or_404(sid)
-        body, ran = invocations.run(self.tenant, user, session, parsed)
-        return Response(body, status=status.HTTP_201_CREATED if ran else status.HTTP_200_OK)
 
 
 class ToolTokenListView(SessionsScopedView):
@@ -72,7 +51,7 @@ class ToolTokenIdentityView(AppScopedView):
     @extend_schema(operation_id="tool_token_identity", responses={200: ref("ToolTokenInfo")})
     def get(self, request, app):
         if not isinstance(request.auth, tool_tokens.ToolToken):
-            raise services.not_found()
+            raise not_found()
         return Response(tool_tokens.token_json(request.auth))
 
 
@@ -85,5 +64,5 @@ class SessionStateView(SessionsScopedView):
     def get(self, request, app, user, sid):
         session = selectors.session_with_state(self.tenant, user, sid)
         if session is None:
-            raise services.not_found()
+            raise not_found()
         return Response({"app": app, "user_id": user, "session_id": sid, "state": session["state"]})

@@ -9,7 +9,7 @@ responses against them so the two cannot drift apart.
 from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
-from ctxadmin.api.schema import ref
+from ctxadmin.api.schema import OBJECT, page, ref, strict
 from sessions_app.compaction.policy import LIMITS as POLICY_LIMITS
 from sessions_app.compaction.policy import NULLABLE as _NULLABLE_POLICY_FIELDS
 from sessions_app.compaction.policy import RETENTION_MODES, SUMMARIZER_KINDS, ZERO_ALLOWED
@@ -27,41 +27,21 @@ _TIMESTAMP = {
         {"type": "number", "description": "seconds since the epoch"},
     ]
 }
-_OBJECT = {"type": "object", "additionalProperties": True}
 _FUNCTION_NAME = {"type": "string", "pattern": f"^{FUNCTION_NAME_PATTERN}$"}
 _MIME_TYPE = {"type": "string", "pattern": f"^{MIME_TYPE_PATTERN}$", "maxLength": 255}
 
 
-def _strict(properties: dict, required: list[str] | None = None, **extra) -> dict:
-    schema = {"type": "object", "additionalProperties": False, "properties": properties, **extra}
-    if required:
-        schema["required"] = required
-    return schema
-
-
 def _one_key(name: str, value: dict) -> dict:
-    return _strict({name: value}, [name])
+    return strict({name: value}, [name])
 
 
-_INCLUDE_EXCLUDE = _strict(
+_INCLUDE_EXCLUDE = strict(
     {
         "include": {"type": "array", "items": {"type": "string"}, "maxItems": 256},
         "exclude": {"type": "array", "items": {"type": "string"}, "maxItems": 256},
     }
 )
 _POSITIVE = {"type": "integer", "minimum": 1}
-
-
-def _page(item: str) -> dict:
-    """A cursor page of ``item``s."""
-    return _strict(
-        {
-            "results": {"type": "array", "items": ref(item)},
-            "next": {"type": "string", "nullable": True},
-            "previous": {"type": "string", "nullable": True},
-        },
-        ["results", "next", "previous"],
-    )
 
 
 COMPONENTS = {
@@ -72,36 +52,36 @@ COMPONENTS = {
             _one_key("text", {"type": "string"}),
             _one_key(
                 "function_call",
-                _strict({"id": _ID, "name": _FUNCTION_NAME, "args": _OBJECT}, ["id", "name"]),
+                strict({"id": _ID, "name": _FUNCTION_NAME, "args": OBJECT}, ["id", "name"]),
             ),
             _one_key(
                 "function_response",
-                _strict({"id": _ID, "name": _FUNCTION_NAME, "response": _OBJECT}, ["id", "name"]),
+                strict({"id": _ID, "name": _FUNCTION_NAME, "response": OBJECT}, ["id", "name"]),
             ),
             _one_key(
                 "inline_data",
-                _strict(
+                strict(
                     {"mime_type": _MIME_TYPE, "data": {"type": "string", "format": "byte"}},
                     ["mime_type", "data"],
                 ),
             ),
             _one_key(
                 "file_data",
-                _strict(
+                strict(
                     {"mime_type": _MIME_TYPE, "file_uri": {"type": "string"}},
                     ["mime_type", "file_uri"],
                 ),
             ),
         ],
     },
-    "Content": _strict(
+    "Content": strict(
         {
             "role": {"type": "string", "pattern": "^[a-z][a-z_]{0,31}$"},
             "parts": {"type": "array", "items": ref("Part"), "minItems": 1},
         },
         ["role", "parts"],
     ),
-    "EventActions": _strict(
+    "EventActions": strict(
         {
             "state_delta": {
                 "type": "object",
@@ -111,10 +91,10 @@ COMPONENTS = {
             "artifact_delta": {"type": "object", "additionalProperties": {"type": "integer"}},
         }
     ),
-    "UsageMetadata": _strict(
+    "UsageMetadata": strict(
         {key: {"type": "integer", "minimum": 0} for key in sorted(USAGE_KEYS)}
     ),
-    "EventInput": _strict(
+    "EventInput": strict(
         {
             "event_id": {**_ID, "nullable": True},
             "invocation_id": {"type": "string", "maxLength": 128, "nullable": True},
@@ -125,11 +105,11 @@ COMPONENTS = {
             "actions": {**ref("EventActions"), "nullable": True},
             "timestamp": {**_TIMESTAMP, "nullable": True},
             "usage_metadata": {**ref("UsageMetadata"), "nullable": True},
-            "custom_metadata": {**_OBJECT, "nullable": True},
+            "custom_metadata": {**OBJECT, "nullable": True},
         },
         ["author"],
     ),
-    "Event": _strict(
+    "Event": strict(
         {
             "event_id": {"type": "string"},
             "seq": {"type": "integer", "nullable": True, "description": "null: not stored"},
@@ -138,10 +118,10 @@ COMPONENTS = {
             "content": {**ref("Content"), "nullable": True},
             "partial": {"type": "boolean"},
             "turn_complete": {"type": "boolean", "nullable": True},
-            "actions": _OBJECT,
+            "actions": OBJECT,
             "timestamp": {"type": "string", "format": "date-time"},
-            "usage_metadata": {**_OBJECT, "nullable": True},
-            "custom_metadata": {**_OBJECT, "nullable": True},
+            "usage_metadata": {**OBJECT, "nullable": True},
+            "custom_metadata": {**OBJECT, "nullable": True},
             "byte_size": {"type": "integer"},
             "token_estimate": {"type": "integer"},
             "content_hash": {"type": "string"},
@@ -150,7 +130,7 @@ COMPONENTS = {
         ["event_id", "seq", "author", "partial", "timestamp", "stored"],
     ),
     "AppendRequest": {
-        **_strict(
+        **strict(
             {
                 "event": ref("EventInput"),
                 "events": {"type": "array", "items": ref("EventInput"), "minItems": 1},
@@ -160,22 +140,22 @@ COMPONENTS = {
         "description": "Exactly one of `event` or `events` (at most CTXADMIN_MAX_BATCH_EVENTS).",
         "oneOf": [{"required": ["event"]}, {"required": ["events"]}],
     },
-    "AppendResponse": _strict(
+    "AppendResponse": strict(
         {
             "events": {"type": "array", "items": ref("Event")},
             "created": {"type": "integer"},
             "revision": {"type": "integer"},
-            "state": _OBJECT,
+            "state": OBJECT,
         },
         ["events", "created", "revision", "state"],
     ),
-    "SessionCreate": _strict(
+    "SessionCreate": strict(
         {
             "session_id": {**_ID, "nullable": True, "description": "absent or null: generated"},
-            "state": _OBJECT,
+            "state": OBJECT,
         },
     ),
-    "SessionSummary": _strict(
+    "SessionSummary": strict(
         {
             "session_id": {"type": "string"},
             "user_id": {"type": "string"},
@@ -186,7 +166,7 @@ COMPONENTS = {
         },
         ["session_id", "user_id", "revision", "event_count", "created_at", "updated_at"],
     ),
-    "Session": _strict(
+    "Session": strict(
         {
             "session_id": {"type": "string"},
             "user_id": {"type": "string"},
@@ -195,35 +175,35 @@ COMPONENTS = {
             "event_count": {"type": "integer"},
             "created_at": {"type": "string", "format": "date-time"},
             "updated_at": {"type": "string", "format": "date-time"},
-            "state": _OBJECT,
+            "state": OBJECT,
             "events": {"type": "array", "items": ref("Event")},
             "events_complete": {"type": "boolean"},
         },
         ["session_id", "user_id", "app", "revision", "state", "events"],
     ),
-    "SessionPage": _page("SessionSummary"),
-    "EventPage": _page("Event"),
-    "UserState": _strict(
-        {"app": {"type": "string"}, "user_id": {"type": "string"}, "state": _OBJECT}
+    "SessionPage": page("SessionSummary"),
+    "EventPage": page("Event"),
+    "UserState": strict(
+        {"app": {"type": "string"}, "user_id": {"type": "string"}, "state": OBJECT}
     ),
-    "ContextPolicy": _strict(
+    "ContextPolicy": strict(
         {
-            "filters": _strict(
+            "filters": strict(
                 {
                     "authors": _INCLUDE_EXCLUDE,
                     "invocation_ids": _INCLUDE_EXCLUDE,
-                    "content_types": _strict(
+                    "content_types": strict(
                         {
                             "include": {"type": "array", "items": {"enum": list(CONTENT_TYPES)}},
                             "exclude": {"type": "array", "items": {"enum": list(CONTENT_TYPES)}},
                         }
                     ),
-                    "timestamp": _strict({"from": _TIMESTAMP, "to": _TIMESTAMP}),
+                    "timestamp": strict({"from": _TIMESTAMP, "to": _TIMESTAMP}),
                     "include_partial": {"type": "boolean"},
                     "final_only": {"type": "boolean"},
                 }
             ),
-            "budgets": _strict(
+            "budgets": strict(
                 {
                     "max_bytes": _POSITIVE,
                     "max_tokens": _POSITIVE,
@@ -236,47 +216,6 @@ COMPONENTS = {
             "overflow": {"enum": ["error", "truncate", "compress"]},
         }
     ),
-    "ContextRequest": _strict(
-        {
-            "current_input": ref("Content"),
-            # Each optional member may also be null: the same as absent.
-            "instructions": {"type": "string", "nullable": True},
-            "generation_config": {**_OBJECT, "nullable": True},
-            "tools": {"type": "array", "items": _OBJECT, "nullable": True},
-            "policy": {**ref("ContextPolicy"), "nullable": True},
-            "memory": _strict(
-                {
-                    "query": {"type": "string", "minLength": 1, "maxLength": 4096},
-                    "mode": {"enum": ["lexical", "vector", "hybrid"]},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-                    "filter": {**_OBJECT, "nullable": True},
-                    "max_hit_bytes": {"type": "integer", "minimum": 1, "maximum": 65536},
-                    "max_total_bytes": {"type": "integer", "minimum": 1, "maximum": 1048576},
-                    "on_error": {"enum": ["error", "omit"]},
-                },
-                ["query"],
-                nullable=True,
-            ),
-        },
-        ["current_input"],
-    ),
-    "ContextResponse": _strict(
-        {
-            "envelope": _strict(
-                {
-                    "instructions": {"type": "string", "nullable": True},
-                    "generation_config": {**_OBJECT, "nullable": True},
-                    "tools": {"type": "array", "items": _OBJECT},
-                    "history": {"type": "array", "items": _OBJECT},
-                    "memory": {"type": "array", "items": _OBJECT},
-                    "current_input": ref("Content"),
-                }
-            ),
-            "accounting": _OBJECT,
-            "context_fingerprint": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-        },
-        ["envelope", "accounting", "context_fingerprint"],
-    ),
 }
 
 _UUID = {"type": "string", "format": "uuid"}
@@ -286,7 +225,7 @@ _POLICY_PROPERTIES = {
         name: {"type": "integer", "minimum": 0 if name in ZERO_ALLOWED else 1, "maximum": limit}
         for name, limit in POLICY_LIMITS.items()
     },
-    "summarizer": _strict(
+    "summarizer": strict(
         {
             "kind": {"enum": list(SUMMARIZER_KINDS)},
             "connection": {"type": "string", "pattern": "^[a-z0-9_-]{1,64}$"},
@@ -305,7 +244,7 @@ _COMPACTION = {
     "origin": {"enum": ["automatic", "manual", "overflow"]},
     "trigger": {"type": "string", "nullable": True},
     "representation": {"enum": ["summary", "pruned", None], "nullable": True},
-    "coverage": _strict(
+    "coverage": strict(
         {"first_seq": {"type": "integer"}, "last_seq": {"type": "integer"}},
         ["first_seq", "last_seq"],
         nullable=True,
@@ -316,13 +255,13 @@ _COMPACTION = {
     "tokens_after": _NULLABLE_INT,
     "summarizer": {"type": "string", "nullable": True},
     "model": {"type": "string", "nullable": True},
-    "usage": _OBJECT,
+    "usage": OBJECT,
     "parent_id": {**_UUID, "nullable": True},
     "subsumed_by": {**_UUID, "nullable": True},
     "summary_event_id": {"type": "string", "nullable": True},
     "projected_event_ids": {"type": "array", "items": {"type": "string"}},
     "purged_events": {"type": "integer"},
-    "error": _strict(
+    "error": strict(
         {"code": {"type": "string"}, "message": {"type": "string"}},
         ["code", "message"],
         nullable=True,
@@ -333,12 +272,12 @@ _COMPACTION = {
 }
 COMPONENTS.update(
     {
-        "CompactionPolicy": _strict(_POLICY_PROPERTIES),
-        "PolicyState": _strict(
+        "CompactionPolicy": strict(_POLICY_PROPERTIES),
+        "PolicyState": strict(
             {"policy": ref("CompactionPolicy"), "source": {"enum": ["session", "app", "default"]}},
             ["policy", "source"],
         ),
-        "CompactionRequest": _strict(
+        "CompactionRequest": strict(
             {
                 "compaction_id": _UUID,
                 "async": {"type": "boolean"},
@@ -356,12 +295,12 @@ COMPONENTS.update(
                 },
             }
         ),
-        "Compaction": _strict(_COMPACTION, sorted(_COMPACTION)),
-        "CompactionDetail": _strict(
-            {**_COMPACTION, "summary": {**_OBJECT, "nullable": True}},
+        "Compaction": strict(_COMPACTION, sorted(_COMPACTION)),
+        "CompactionDetail": strict(
+            {**_COMPACTION, "summary": {**OBJECT, "nullable": True}},
             sorted([*_COMPACTION, "summary"]),
         ),
-        "CompactionAccepted": _strict(
+        "CompactionAccepted": strict(
             {
                 "compaction_id": _UUID,
                 "status": {"enum": ["pending"]},
@@ -369,120 +308,7 @@ COMPONENTS.update(
             },
             ["compaction_id", "status", "status_url"],
         ),
-        "CompactionPage": _page("Compaction"),
-    }
-)
-
-_NULLABLE_INT = {"type": "integer", "nullable": True}
-COMPONENTS.update(
-    {
-        "InvocationRequest": _strict(
-            {
-                "invocation_id": _ID,
-                "input": ref("Content"),
-                "agent": _strict(
-                    {
-                        "provider": {
-                            "type": "string",
-                            "description": "a connection of CTXADMIN_PROVIDERS, or `fake`",
-                        },
-                        "model": {"type": "string", "maxLength": 128},
-                        "name": {"type": "string", "maxLength": 128},
-                        "instructions": {"type": "string"},
-                        "declarations": {"type": "array", "items": _OBJECT},
-                        "generation_config": _OBJECT,
-                    },
-                    ["provider", "model"],
-                ),
-                "context_policy": ref("ContextPolicy"),
-                "memory_retrieval": _strict(
-                    {
-                        "mode": {"enum": ["lexical", "vector", "hybrid"]},
-                        "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-                        "filter": _OBJECT,
-                        "max_hit_bytes": {"type": "integer", "minimum": 1, "maximum": 65536},
-                        "max_total_bytes": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": 1048576,
-                        },
-                        "on_error": {"enum": ["error", "omit"]},
-                    }
-                ),
-                "cache": {
-                    "oneOf": [
-                        _strict(
-                            {
-                                "ttl_ms": {"type": "integer", "minimum": 1000},
-                                "min_prefix_tokens": {"type": "integer", "minimum": 0},
-                            }
-                        ),
-                        {"enum": ["off"]},
-                    ],
-                    "nullable": True,
-                },
-                "ingestion": {"enum": ["off", "on_success", "durable"]},
-                "deadline_ms": {"type": "integer", "minimum": 1, "maximum": 600000},
-            },
-            ["invocation_id", "input", "agent"],
-        ),
-        "Invocation": _strict(
-            {
-                "invocation_id": {"type": "string"},
-                "status": {"enum": ["completed"]},
-                "content": ref("Content"),
-                "function_calls": {"type": "array", "items": _OBJECT},
-                "usage": _strict(
-                    {
-                        "input_tokens": _NULLABLE_INT,
-                        "output_tokens": _NULLABLE_INT,
-                        "cached_tokens": _NULLABLE_INT,
-                    }
-                ),
-                "cache": _OBJECT,
-                "compaction": _strict(
-                    {
-                        "pre_request_id": {"type": "string", "format": "uuid", "nullable": True},
-                        "queued_id": {
-                            "type": "string",
-                            "format": "uuid",
-                            "nullable": True,
-                            "description": "the automatic compaction check this turn queued",
-                        },
-                    }
-                ),
-                "ingestion": _OBJECT,
-                "context": _strict(
-                    {
-                        "tokens": _NULLABLE_INT,
-                        "memory_hits": {"type": "integer"},
-                        "events": _NULLABLE_INT,
-                    }
-                ),
-                "event_ids": _strict(
-                    {
-                        "input": {"type": "string"},
-                        "output": {"type": "array", "items": {"type": "string"}},
-                    }
-                ),
-                "timings": _strict(
-                    {
-                        "provider_ms": {"type": "number", "nullable": True},
-                        "total_ms": {"type": "number", "nullable": True},
-                    }
-                ),
-            },
-            [
-                "invocation_id",
-                "status",
-                "content",
-                "function_calls",
-                "usage",
-                "cache",
-                "ingestion",
-                "event_ids",
-            ],
-        ),
+        "CompactionPage": page("Compaction"),
     }
 )
 
@@ -514,7 +340,7 @@ _TOOL_TOKEN_INFO = {
 }
 COMPONENTS.update(
     {
-        "ToolTokenMint": _strict(
+        "ToolTokenMint": strict(
             {
                 "tool_name": {"type": "string", "minLength": 1},
                 "capabilities": {"type": "array", "items": {"enum": _CAPABILITIES}},
@@ -523,17 +349,17 @@ COMPONENTS.update(
             },
             ["tool_name"],
         ),
-        "ToolTokenInfo": _strict(_TOOL_TOKEN_INFO, list(_TOOL_TOKEN_INFO)),
-        "ToolTokenMinted": _strict(
+        "ToolTokenInfo": strict(_TOOL_TOKEN_INFO, list(_TOOL_TOKEN_INFO)),
+        "ToolTokenMinted": strict(
             {"token": {"type": "string", "description": "shown once"}, **_TOOL_TOKEN_INFO},
             ["token", *_TOOL_TOKEN_INFO],
         ),
-        "SessionState": _strict(
+        "SessionState": strict(
             {
                 "app": {"type": "string"},
                 "user_id": {"type": "string"},
                 "session_id": {"type": "string"},
-                "state": _OBJECT,
+                "state": OBJECT,
             },
             ["app", "user_id", "session_id", "state"],
         ),

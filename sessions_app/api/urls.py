@@ -9,12 +9,6 @@ urlpatterns = [
     path(f"{base}/sessions", views.SessionListView.as_view(), name="sessions"),
     path(f"{base}/sessions/<str:sid>", views.SessionDetailView.as_view(), name="session"),
     path(f"{base}/sessions/<str:sid>/events", views.EventListView.as_view(), name="events"),
-    path(f"{base}/sessions/<str:sid>/context", views.ContextView.as_view(), name="context"),
-    path(
-        f"{base}/sessions/<str:sid>/invocations",
-        invocation_views.InvocationListView.as_view(),
-        name="invocations",
-    ),
     path(
         f"{base}/sessions/<str:sid>/invocations/<str:invocation>/tool-tokens",
         invocation_views.ToolTokenListView.as_view(),

@@ -1,4 +1,4 @@
-"""Sessions, events, user state and the context builder over REST (thin: services decide)."""
+"""Sessions, events and user state over REST (thin: services decide)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,11 @@ from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
-from ctxadmin.errors import ServiceError, strict_object
-from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
+from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
+from ctxadmin.models import SCOPE_SESSIONS
 from ctxadmin.pruning import echoed
-from sessions_app import selectors, services
+from sessions_app import history, selectors, services
 from sessions_app import state as scopes
-from sessions_app.compaction import services as compaction
-from sessions_app.context.build import build_context, parse_request
 from sessions_app.events import CONTENT_TYPES, EventError, iso_timestamp, parse_timestamp
 from sessions_app.models import Event, Session
 
@@ -116,7 +114,7 @@ class SessionsScopedView(AppScopedView):
     def session_or_404(self, sid: str) -> Session:
         session = self.get_queryset().filter(session_id=sid).first()
         if session is None:
-            raise services.not_found()
+            raise not_found()
         session.app = self.tenant  # known already: no query when a service reads it
         return session
 
@@ -147,12 +145,12 @@ class SessionListView(SessionsScopedView):
         session_id = body.get("session_id")
         if session_id is not None:
             if not isinstance(session_id, str) or path_segment_error("sid", session_id):
-                raise services.invalid(
+                raise invalid(
                     "session_id", path_segment_error("sid", str(session_id)) or "must be a string"
                 )
         state = body.get("state", {})
         if not isinstance(state, dict):
-            raise services.invalid("state", "must be an object")
+            raise invalid("state", "must be an object")
         session, merged = services.create_session(self.tenant, user, session_id, state)
         return Response(
             {
@@ -186,7 +184,7 @@ class SessionDetailView(SessionsScopedView):
         after_timestamp = _timestamp_param(request, "after_timestamp")
         session = selectors.session_with_state(self.tenant, user, sid)
         if session is None:
-            raise services.not_found()
+            raise not_found()
         events, complete = selectors.session_events_json(
             session.pop("pk"),
             num_recent_events=num_recent_events,
@@ -266,7 +264,7 @@ class EventListView(SessionsScopedView):
             final_only=_bool_param(request, "final_only"),
         )
         if not _bool_param(request, "include_hidden"):
-            for checkpoint in compaction.visible_checkpoints(session.pk):
+            for checkpoint in history.visible_checkpoints(session.pk):
                 queryset = queryset.exclude(
                     seq__range=(checkpoint.view.first_seq, checkpoint.view.last_seq)
                 )
@@ -286,19 +284,19 @@ class EventListView(SessionsScopedView):
         body = request.data
         strict_object(body, {"event", "events", "expected_revision"})
         if ("event" in body) == ("events" in body):
-            raise services.invalid("events", "send exactly one of 'event' or 'events'")
+            raise invalid("events", "send exactly one of 'event' or 'events'")
         if "event" in body:
             raw_events, path = [body["event"]], "event"
         else:
             raw_events, path = body["events"], "events"
             limit = settings.CTXADMIN_MAX_BATCH_EVENTS
             if not isinstance(raw_events, list) or not 1 <= len(raw_events) <= limit:
-                raise services.invalid("events", f"must be a list of 1 to {limit} events")
+                raise invalid("events", f"must be a list of 1 to {limit} events")
         expected = body.get("expected_revision")
         if expected is not None and (
             isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
         ):
-            raise services.invalid("expected_revision", "must be an integer >= 0")
+            raise invalid("expected_revision", "must be an integer >= 0")
         result = services.append_events(
             self.tenant, user, sid, raw_events, expected_revision=expected, path=path
         )
@@ -311,27 +309,6 @@ class EventListView(SessionsScopedView):
             },
             status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
         )
-
-
-class ContextView(SessionsScopedView):
-    """Build the bounded, secret-free request for the next model call."""
-
-    @extend_schema(
-        operation_id="context_build",
-        request={JSON: ref("ContextRequest")},
-        responses={200: ref("ContextResponse")},
-    )
-    def post(self, request, app, user, sid):
-        context_request = parse_request(request.data)  # before any event is read
-        if context_request.memory is not None and not request.auth.has_scope(SCOPE_MEMORY):
-            raise ServiceError(
-                "permission_denied",
-                "Memory retrieval needs an API key with the 'memory' scope.",
-                status_code=403,
-            )
-        session = self.session_or_404(sid)
-        built = build_context(session, context_request)
-        return HttpResponse(built.response_json(), content_type="application/json")
 
 
 class UserStateView(SessionsScopedView):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.pruning import REDACTED, looks_like_secret, prune_secrets, redact_secret_text
-from sessions_app.compaction.engine import SourceEvent, SummaryReply, SummaryRequest
+from sessions_app.compaction.model import SourceEvent, SummaryReply, SummaryRequest
 from sessions_app.compaction.summary import (
     ITEM_LISTS,
     MAX_CITATIONS,

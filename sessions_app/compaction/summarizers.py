@@ -24,7 +24,7 @@ from ctxadmin import providers
 from ctxadmin.providers import ProviderConnection, ProviderError, UnknownConnection
 from ctxadmin.pruning import looks_like_secret
 from sessions_app.compaction import extractive, summary
-from sessions_app.compaction.engine import (
+from sessions_app.compaction.model import (
     SourceEvent,
     Summarizer,
     SummarizerFailed,

@@ -7,6 +7,11 @@ import uuid
 
 from django.db import connection
 
+from ctxadmin.wake import wake
+
+#: The task that runs a queued compaction (``sessions_app.tasks``), by name.
+RUN_COMPACTION = "sessions_app.run_compaction"
+
 
 def completes_invocation(event: dict) -> bool:
     """An append that ends an invocation: ``turn_complete``, or a final model answer (text,
@@ -55,6 +60,4 @@ def request_automatic(session_pk: int) -> None:
         )
         created = cursor.fetchone()
     if created is not None:
-        from sessions_app.tasks import run_compaction
-
-        run_compaction.delay_on_commit(str(checkpoint_id))
+        wake(RUN_COMPACTION, str(checkpoint_id))

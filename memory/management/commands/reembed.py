@@ -11,7 +11,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from memory import embeddings, services
+from memory import embeddings, vectors
+from memory.tasks import embed_pending
 
 
 class Command(BaseCommand):
@@ -51,14 +52,12 @@ class Command(BaseCommand):
             )
         self.stdout.write(f"cleared {cleared} vectors (embedder {embedder.name})")
         if options["queue"]:
-            from memory.tasks import embed_pending
-
             embed_pending.delay()
             self.stdout.write("queued the embed task")
             return
         total = 0
         while True:
-            done = services.embed_pending_batch()
+            done = vectors.embed_pending_batch()
             if not done:
                 break
             total += done

@@ -1,6 +1,0 @@
-from django.apps import AppConfig
-
-
-class ArtifactsConfig(AppConfig):
-    name = "artifacts"
-    verbose_name = "Artifacts"

@@ -1,0 +1,1 @@
+"""The parts of the load and fault section (``bench/load_bench.py``, which runs them)."""

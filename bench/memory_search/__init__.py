@@ -1,0 +1,1 @@
+"""The parts of the memory search section (``bench/memory_bench.py``, which runs them)."""

@@ -1,0 +1,51 @@
+"""Delegated credentials: narrower credentials an app hands out (a tool token is one).
+
+The ground knows them only by this interface, so its authentication and its base view serve
+them without importing the app that mints them; that app registers how to resolve its format
+(``register_delegated_credential``) when Django starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctxadmin.models import App
+
+
+class DelegatedCredential:
+    """What the API's base view needs of a delegated credential (a model mixes this in):
+    its ``app``, its ``prefix``, the user and session it is bound to, and its capabilities.
+    It reaches only that user and session, and only endpoints asking for a capability it
+    carries."""
+
+    #: The credential's kind, in ``request.user``'s name ("tooltoken:<prefix>").
+    credential_kind = "delegated"
+    app: App
+    prefix: str
+    capabilities: list[str]
+
+    @property
+    def bound_user_id(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def bound_session_id(self) -> str:
+        raise NotImplementedError
+
+
+#: Credential format marker (e.g. ``"ctt_"``) -> how to resolve a raw credential to a live
+#: one (None: unknown, wrong, expired or ended).
+_DELEGATED: dict[str, Callable[[str], DelegatedCredential | None]] = {}
+
+
+def register_delegated_credential(
+    marker: str, resolve: Callable[[str], DelegatedCredential | None]
+) -> None:
+    """Credentials starting with ``marker`` are resolved by ``resolve`` (an app's ``ready``)."""
+    _DELEGATED[marker] = resolve
+
+
+def resolvers() -> list[tuple[str, Callable[[str], DelegatedCredential | None]]]:
+    return list(_DELEGATED.items())

@@ -1,0 +1,313 @@
+"""Memory entries: write, read and delete, always inside one exact (app, user) scope.
+
+Nothing a client sends — metadata, filters, provenance — can widen a scope: every statement
+here is bound to ``app_id = %s AND user_id = %s`` by the caller's key and path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from ctxadmin.canonical import canonical_json, canonical_size
+from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uuid_or_404
+from ctxadmin.models import App
+from ctxadmin.pruning import echoed, is_secret_key, looks_like_secret
+from ctxadmin.wake import wake
+from memory import embeddings, governance
+from memory.inputs import (
+    ADD_KEYS,
+    EMBED_MODES,
+    ID,
+    KEY,
+    PROVENANCE_KEYS,
+    NewMemory,
+    parse_epoch,
+    redact_metadata,
+)
+from memory.scope import check_epoch, lock_scope
+from memory.vectors import embed_one, embedder_is_local, vector_text
+from sessions_app.selectors import EventError, decode, parse_timestamp
+
+# Reads see live entries only: an entry past its ``expires_at`` vanishes at once (the purge
+# task deletes it later).
+LIVE = "(expires_at IS NULL OR expires_at > now())"
+
+
+def parse_new_memory(body: Any) -> NewMemory:
+    strict_object(body, ADD_KEYS)
+    content = body.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise invalid("content", "must be a non-empty string")
+    limit = settings.CTXADMIN_MEMORY_MAX_CONTENT_BYTES
+    if len(content.encode("utf-8")) > limit:
+        raise invalid("content", f"must be at most {limit} bytes of UTF-8")
+    if "\x00" in content:
+        raise invalid("content", "must not contain NUL characters")
+    metadata = body.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise invalid("metadata", "must be an object")
+    for key in metadata:
+        if not KEY.match(key) and not is_secret_key(key):
+            raise invalid(
+                f"metadata.{echoed(key)}",
+                "keys are 1-256 characters, starting with a letter or digit",
+            )
+    metadata = redact_metadata(metadata)
+    metadata_limit = settings.CTXADMIN_MEMORY_MAX_METADATA_BYTES
+    if canonical_size(metadata) > metadata_limit:
+        raise invalid("metadata", f"must be at most {metadata_limit} bytes")
+    provenance = body.get("provenance")
+    if provenance is None:
+        provenance = {}
+    if not isinstance(provenance, dict):
+        raise invalid("provenance", "must be an object")
+    unknown = sorted(set(provenance) - PROVENANCE_KEYS)
+    if unknown:
+        raise invalid(f"provenance.{echoed(unknown[0])}", "unknown field")
+    ids = {}
+    for name in ("session_id", "event_id", "author"):
+        value = provenance.get(name)
+        if value is None:  # null is absent, as answers show an absent one
+            value = ""
+        if not isinstance(value, str) or (value and not ID.match(value)):
+            raise invalid(f"provenance.{name}", "must be an identifier of 1-128 characters")
+        ids[name] = value
+    when = None
+    if provenance.get("timestamp") is not None:
+        try:
+            when = parse_timestamp(provenance["timestamp"], "provenance.timestamp")
+        except EventError as exc:
+            raise invalid(exc.path, exc.message) from None
+    key = body.get("idempotency_key")
+    if key is not None and (not isinstance(key, str) or not KEY.match(key)):
+        raise invalid("idempotency_key", "must be 1-256 characters from A-Z a-z 0-9 . _ : @ / -")
+    embed = body.get("embed", "auto")
+    if embed not in EMBED_MODES:
+        raise invalid("embed", "must be auto, sync or async")
+    epoch = parse_epoch(body.get("erasure_epoch"))
+    if looks_like_secret(content):
+        raise ServiceError(
+            "sensitive_memory_content",
+            "The content looks like it carries a credential; it was not stored.",
+            status_code=422,
+        )
+    return NewMemory(
+        content=content,
+        metadata=metadata,
+        idempotency_key=key,
+        session_id=ids["session_id"],
+        event_id=ids["event_id"],
+        author=ids["author"],
+        source_timestamp=when,
+        embed=embed,
+        erasure_epoch=epoch,
+    )
+
+
+def check_capacity(app: App, user_id: str, adding: int = 1) -> None:
+    """Refuse (422 ``memory_capacity_exceeded``) ``adding`` more entries where they would
+    pass the scope's limit (its statistics row: every entry until it is purged) or the
+    deployment's (from PostgreSQL's row estimate)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT coalesce((SELECT entries FROM memory_scopestats
+                              WHERE app_id = %s AND user_id = %s), 0),
+                   (SELECT greatest(reltuples, 0)::bigint FROM pg_class
+                     WHERE oid = 'memory_memoryentry'::regclass)
+            """,
+            [app.pk, user_id],
+        )
+        in_scope, total = cursor.fetchone()
+    if in_scope + adding > settings.CTXADMIN_MEMORY_MAX_PER_SCOPE:
+        raise ServiceError(
+            "memory_capacity_exceeded",
+            "This user's memory is full.",
+            status_code=422,
+            details={"limit": "per_scope", "maximum": settings.CTXADMIN_MEMORY_MAX_PER_SCOPE},
+        )
+    if total + adding > settings.CTXADMIN_MEMORY_MAX_TOTAL:
+        raise ServiceError(
+            "memory_capacity_exceeded",
+            "The deployment's memory is full.",
+            status_code=422,
+            details={"limit": "total", "maximum": settings.CTXADMIN_MEMORY_MAX_TOTAL},
+        )
+
+
+ENTRY_COLUMNS = (
+    "id::text, content, metadata, session_id, event_id, author, "
+    "to_json(source_timestamp) #>> '{}', to_json(created_at) #>> '{}', "
+    "embedding_model, content_sha256, idempotency_key, "
+    "to_json(expires_at) #>> '{}', to_json(retain_until) #>> '{}'"
+)
+
+
+def _entry(row) -> dict:
+    (
+        entry_id,
+        content,
+        metadata,
+        session_id,
+        event_id,
+        author,
+        source_timestamp,
+        created_at,
+        model,
+        digest,
+        key,
+        expires_at,
+        retain_until,
+    ) = row
+    return {
+        "id": entry_id,
+        "content": content,
+        "metadata": decode(metadata),
+        "provenance": {
+            "session_id": session_id or None,
+            "event_id": event_id or None,
+            "author": author or None,
+            "timestamp": source_timestamp,
+        },
+        "idempotency_key": key,
+        "sha256": digest,
+        "embedding_model": model or None,
+        "created_at": created_at,
+        "expires_at": expires_at,
+        "retain_until": retain_until,
+    }
+
+
+def add_memory(
+    app: App, user_id: str, new: NewMemory, epoch: int | None = None
+) -> tuple[dict, bool]:
+    """(the entry, created). The same idempotency key with the same content is the same
+    entry; with other content, 409 ``idempotency_conflict``. Concurrent adds with one key
+    make one entry (the unique index decides).
+
+    The app's memory policy applies: without the user's consent where it is required, 403
+    ``consent_required``; its TTL and retention are stamped on the entry. ``epoch`` (else
+    ``new.erasure_epoch``) is the scope's erasure epoch the write was prepared at: older
+    than the current one, 409 ``memory_erasure_epoch_stale`` and nothing is written."""
+    terms = governance.write_terms(app, user_id)
+    epoch = new.erasure_epoch if epoch is None else parse_epoch(epoch, "epoch")
+    if epoch is not None:
+        check_epoch(app, user_id, epoch)
+    digest = hashlib.sha256(new.content.encode("utf-8")).hexdigest()
+    if new.idempotency_key is not None:
+        existing = _by_key(app, user_id, new.idempotency_key)
+        if existing is not None:
+            return _same_or_conflict(existing, digest), False
+        governance.release_expired_key(app, user_id, new.idempotency_key)
+    check_capacity(app, user_id)
+    embedder = embeddings.embedder_from_settings()
+    vector = None
+    sync = new.embed == "sync" or (new.embed == "auto" and embedder_is_local(embedder))
+    if sync:
+        vector = embed_one(embedder, new.content)
+    entry_id = uuid.uuid4()
+    with transaction.atomic(), connection.cursor() as cursor:
+        if epoch is not None:  # ordered after any erasure of the scope, checked again
+            lock_scope(app, user_id, shared=True)
+            check_epoch(app, user_id, epoch)
+        cursor.execute(
+            f"""
+            INSERT INTO memory_memoryentry
+                (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
+                 session_id, event_id, author, source_timestamp, search, embedding,
+                 embedding_model, content_bytes, created_at, updated_at, expires_at,
+                 retain_until)
+            VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
+                    to_tsvector(%s::regconfig, %s), %s::vector, %s, %s, now(), now(),
+                    now() + %s::integer * interval '1 second',
+                    now() + %s::integer * interval '1 day')
+            ON CONFLICT (app_id, user_id, idempotency_key)
+                WHERE idempotency_key IS NOT NULL DO NOTHING
+            RETURNING {ENTRY_COLUMNS}
+            """,  # noqa: S608 - a constant column list
+            [
+                entry_id,
+                app.pk,
+                user_id,
+                new.content,
+                digest,
+                canonical_json(new.metadata).decode("utf-8"),
+                new.idempotency_key,
+                new.session_id,
+                new.event_id,
+                new.author,
+                new.source_timestamp,
+                settings.CTXADMIN_MEMORY_TS_CONFIG,
+                new.content,
+                None if vector is None else vector_text(vector),
+                embedder.name if vector is not None else "",
+                len(new.content.encode("utf-8")),
+                terms.ttl_seconds,
+                terms.retention_days,
+            ],
+        )
+        row = cursor.fetchone()
+    if row is None:  # another request with this key won the race
+        existing = _by_key(app, user_id, new.idempotency_key)
+        if existing is None:  # the key is held by an expired entry still retained or held
+            raise ServiceError(
+                "idempotency_conflict",
+                "This idempotency key names an expired memory that is still kept.",
+                status_code=409,
+            )
+        return _same_or_conflict(existing, digest), False
+    if vector is None:
+        wake("memory.embed_pending")
+    return _entry(row), True
+
+
+def _by_key(app: App, user_id: str, key: str) -> tuple | None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
+            f"WHERE app_id = %s AND user_id = %s AND idempotency_key = %s AND {LIVE}",
+            [app.pk, user_id, key],
+        )
+        return cursor.fetchone()
+
+
+def _same_or_conflict(row, digest: str) -> dict:
+    entry = _entry(row)
+    if entry["sha256"] != digest:
+        raise ServiceError(
+            "idempotency_conflict",
+            "This idempotency key names a memory with other content.",
+            status_code=409,
+            details={"id": entry["id"]},
+        )
+    return entry
+
+
+def get_memory(app: App, user_id: str, memory_id: str) -> dict:
+    key = uuid_or_404(memory_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
+            f"WHERE app_id = %s AND user_id = %s AND id = %s AND {LIVE}",
+            [app.pk, user_id, key],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise not_found()
+    return _entry(row)
+
+
+def delete_memory(app: App, user_id: str, memory_id: str) -> None:
+    key = uuid_or_404(memory_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM memory_memoryentry WHERE app_id = %s AND user_id = %s AND id = %s",
+            [app.pk, user_id, key],
+        )
+        if cursor.rowcount == 0:
+            raise not_found()

@@ -1,0 +1,228 @@
+"""What a client sends to memory, parsed: the search request, the new entry's shape, the
+erasure epoch, the memory policy, consent, a legal hold and a user erasure's confirmation;
+and the limits and lists they are checked against, which the OpenAPI schemas
+(``memory/api/schemas.py``) take from here.
+
+Pure: no Django, no database, no app; a refusal is ``ctxadmin.errors.invalid``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ctxadmin.errors import invalid, strict_object
+from ctxadmin.pruning import echoed, is_secret_key
+from memory import filters as memory_filters
+
+REDACTED = "[redacted]"
+ADD_KEYS = frozenset(
+    {"content", "metadata", "provenance", "idempotency_key", "embed", "erasure_epoch"}
+)
+PROVENANCE_KEYS = frozenset({"session_id", "event_id", "author", "timestamp"})
+# How a new entry is embedded: ``sync`` before the answer, ``async`` by the embedding task,
+# ``auto`` sync with an embedder in this process, else async.
+EMBED_MODES = ("auto", "sync", "async")
+# An idempotency key (and a metadata key): 1-256 characters, starting with a letter or digit.
+KEY_PATTERN = "[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}"
+MAX_KEY_LENGTH = 256
+KEY = re.compile(rf"^{KEY_PATTERN}\Z")
+# A provenance identifier (session, event, author).
+ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
+SEARCH_KEYS = frozenset({"query", "mode", "filter", "limit", "min_score", "weights"})
+MODES = ("lexical", "vector", "hybrid")
+MAX_SEARCH_LIMIT = 100
+MAX_QUERY_BYTES = 4096
+# A hybrid search's ``weights``: each from 0 to this.
+MAX_WEIGHT = 100
+# What a hit's score is: BM25 (lexical), cosine similarity (vector), or a hybrid fusion's.
+SCORE_TYPES = ("bm25", "cosine", "rrf", "weighted")
+MAX_EPOCH = 2**63 - 1
+# The session events one synchronous ingestion call takes (``memory/ingest.py``).
+MAX_INGEST_EVENTS = 500
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    content: str
+    metadata: dict
+    idempotency_key: str | None
+    session_id: str
+    event_id: str
+    author: str
+    source_timestamp: Any
+    embed: str  # sync | async | auto
+    # The scope's erasure epoch the write was prepared at (None: not checked).
+    erasure_epoch: int | None = None
+
+
+def redact_metadata(value: Any) -> Any:
+    """Values under secret-named keys become a marker, at any depth."""
+    if isinstance(value, dict):
+        return {
+            key: REDACTED if is_secret_key(key) else redact_metadata(child)
+            for key, child in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_metadata(child) for child in value]
+    return value
+
+
+def parse_epoch(value: Any, path: str = "erasure_epoch") -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EPOCH:
+        raise invalid(path, "must be a non-negative integer (an erasure epoch)")
+    return value
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query: str
+    mode: str
+    filter_sql: str
+    filter_params: list
+    limit: int
+    min_score: float | None
+    weights: dict[str, float] | None
+
+
+def parse_search(body: Any) -> SearchRequest:
+    strict_object(body, SEARCH_KEYS)
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise invalid("query", "must be a non-empty string")
+    if len(query.encode("utf-8")) > MAX_QUERY_BYTES or "\x00" in query:
+        raise invalid("query", f"must be at most {MAX_QUERY_BYTES} bytes, without NUL")
+    mode = body.get("mode", "hybrid")
+    if mode not in MODES:
+        raise invalid("mode", f"must be one of {list(MODES)}")
+    limit = body.get("limit", 10)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+        raise invalid("limit", f"must be an integer from 1 to {MAX_SEARCH_LIMIT}")
+    min_score = body.get("min_score")
+    if min_score is not None and (
+        isinstance(min_score, bool)
+        or not isinstance(min_score, int | float)
+        or not math.isfinite(min_score)
+    ):
+        raise invalid("min_score", "must be a number")
+    weights = body.get("weights")
+    if weights is not None:
+        if not isinstance(weights, dict) or set(weights) - {"lexical", "vector"} or not weights:
+            raise invalid("weights", "must be an object with lexical and/or vector weights")
+        for name, value in weights.items():
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value <= MAX_WEIGHT
+            ):
+                raise invalid(f"weights.{name}", f"must be a number from 0 to {MAX_WEIGHT}")
+        if mode != "hybrid":
+            raise invalid("weights", "apply to hybrid search only")
+        if not any(weights.values()):
+            raise invalid("weights", "must not all be 0")
+    try:
+        sql, params = memory_filters.compile_filter(body.get("filter"))
+    except memory_filters.FilterError as exc:
+        raise invalid(exc.path, exc.message) from None
+    return SearchRequest(query, mode, sql, params, limit, min_score, weights)
+
+
+# ----------------------------------------------------------------------------- governance
+
+POLICY_KEYS = (
+    "consent_required",
+    "default_ttl_seconds",
+    "retention_days",
+    "legal_hold",
+    "ingestion",
+)
+INGESTION_MODES = ("off", "on_success")
+CONSENT_KEYS = frozenset({"granted"})
+MAX_TTL_SECONDS = 10 * 365 * 86400  # ten years
+MAX_RETENTION_DAYS = 100 * 365
+
+
+@dataclass(frozen=True)
+class Policy:
+    consent_required: bool = False
+    default_ttl_seconds: int | None = None
+    retention_days: int | None = None
+    legal_hold: bool = False
+    # "on_success": an append that completes an invocation admits an outbox job.
+    ingestion: str = "off"
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in POLICY_KEYS}
+
+
+DEFAULT_POLICY = Policy()
+
+
+def _positive(body: dict, name: str, maximum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise invalid(name, f"must be null or an integer from 1 to {maximum}")
+    return value
+
+
+def parse_memory_policy(body: Any) -> Policy:
+    """A whole memory policy (PUT replaces it; a field left out takes its default)."""
+    strict_object(body, set(POLICY_KEYS))
+    flags = {}
+    for name in ("consent_required", "legal_hold"):
+        value = body.get(name, False)
+        if not isinstance(value, bool):
+            raise invalid(name, "must be true or false")
+        flags[name] = value
+    ingestion = body.get("ingestion", "off")
+    if ingestion not in INGESTION_MODES:
+        raise invalid("ingestion", "must be off or on_success")
+    ttl = _positive(body, "default_ttl_seconds", MAX_TTL_SECONDS)
+    retention = _positive(body, "retention_days", MAX_RETENTION_DAYS)
+    if ttl is not None and retention is not None and ttl < retention * 86400:
+        raise invalid(
+            "default_ttl_seconds",
+            "must be at least retention_days (in seconds): an entry cannot expire before "
+            "it may be erased",
+        )
+    return Policy(
+        consent_required=flags["consent_required"],
+        default_ttl_seconds=ttl,
+        retention_days=retention,
+        legal_hold=flags["legal_hold"],
+        ingestion=ingestion,
+    )
+
+
+def parse_consent(body: Any) -> bool:
+    """``{"granted": true | false}``: the consent to record."""
+    strict_object(body, CONSENT_KEYS)
+    granted = body.get("granted")
+    if not isinstance(granted, bool):
+        raise invalid("granted", "must be true or false")
+    return granted
+
+
+def parse_legal_hold(body: Any) -> None:
+    """A legal hold takes no fields: no body, or an empty object."""
+    if body is not None and not isinstance(body, dict):
+        raise invalid("body", "must be empty or an empty JSON object")
+    if body:
+        raise invalid(echoed(sorted(body)[0]), "unknown field")
+
+
+ERASE_USER_KEYS = frozenset({"confirm"})
+
+
+def parse_user_confirmation(body: Any, user_id: str) -> None:
+    """``{"confirm": "erase user <user_id>"}``, exactly."""
+    strict_object(body, ERASE_USER_KEYS)
+    expected = f"erase user {user_id}"
+    if body.get("confirm") != expected:
+        raise invalid("confirm", f"must be exactly {expected!r} to erase this user's memory")

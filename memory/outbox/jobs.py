@@ -1,0 +1,79 @@
+"""What every part of the outbox shares about job rows: the phases as SQL, the fixed
+message per error code, the metrics, and ending jobs (the one statement that sets an end
+phase, so every end clears the payload and the owner alike)."""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import Counter
+
+from ctxadmin.errors import ServiceError
+from memory.models import OutboxJob
+
+logger = logging.getLogger("ctxadmin.outbox")
+
+ADMISSIONS = Counter(
+    "ctxadmin_outbox_admissions_total",
+    "Ingestion admissions by outcome (admitted, deduplicated, refused).",
+    ["outcome"],
+)
+JOBS_ENDED = Counter(
+    "ctxadmin_outbox_jobs_ended_total",
+    "Ingestion jobs ended, by phase and code.",
+    ["phase", "code"],
+)
+EVENTS_PROCESSED = Counter(
+    "ctxadmin_outbox_events_total",
+    "Events written by ingestion jobs, by fate (added, duplicate, skipped).",
+    ["fate"],
+)
+
+
+ADAPTER = "session_events.v1"
+ACTIVE = OutboxJob.ACTIVE
+TERMINAL = OutboxJob.TERMINAL
+ACTIVE_SQL = "('pending', 'running', 'retry')"
+TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
+
+# Fixed messages per error code: what a job's status shows (never an exception's text).
+MESSAGES = {
+    "cancelled": "The job was cancelled by a client or an operator.",
+    "erased": "The user's memory (or this session's) was erased; the job was cancelled.",
+    "stale_epoch": "The user's memory was erased after the job was admitted; nothing was "
+    "written for it.",
+    "worker_lost": "The worker running the job stopped as often as the job may be attempted.",
+    "consent_required": "The app requires the user's consent to long-term memory, and it is "
+    "not granted.",
+    "memory_capacity_exceeded": "The user's or the deployment's memory is full.",
+    "embedding_failed": "The embedder could not embed the batch.",
+    "database_error": "A database error interrupted the batch.",
+    "internal_error": "An unexpected error interrupted the batch.",
+}
+# Errors that no retry can fix: the job fails at once.
+
+
+def end_jobs(cursor, phase: str, code: str, condition: str, params: list) -> int:
+    """End the jobs matching ``condition`` (SQL with placeholders, of ours): the phase, the
+    code and its fixed message, no payload, no owner; after an erasure of their user
+    (``stale_epoch``) no user or session id either. The count ended."""
+    erased = code == "stale_epoch"
+    cursor.execute(
+        f"""
+        UPDATE memory_outboxjob
+           SET phase = %s, payload = '[]'::jsonb, owner_token = '', error_code = %s,
+               error_message = %s, finished_at = statement_timestamp(),
+               updated_at = statement_timestamp(),
+               user_id = CASE WHEN %s THEN '' ELSE user_id END,
+               session_id = CASE WHEN %s THEN '' ELSE session_id END
+         WHERE {condition}
+        """,  # noqa: S608 - the condition is one of this module's
+        [phase, code, MESSAGES[code], erased, erased, *params],
+    )
+    JOBS_ENDED.labels(phase, code).inc(cursor.rowcount)
+    return cursor.rowcount
+
+
+def code_of(exc: ServiceError) -> str:
+    """The error's code (``error`` when it has none)."""
+    return exc.code if isinstance(exc.code, str) else "error"

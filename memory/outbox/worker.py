@@ -1,0 +1,392 @@
+"""The worker: claim one due job under a lease, write its batches (each fenced by the
+lease and the scope's erasure epoch), retry with backoff or fail; ``drain`` loops."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+
+from ctxadmin.canonical import canonical_json
+from ctxadmin.errors import ServiceError
+from ctxadmin.wake import wake
+from memory import embeddings, entries, governance
+from memory.models import OutboxJob
+from memory.outbox.jobs import (
+    ACTIVE_SQL,
+    EVENTS_PROCESSED,
+    JOBS_ENDED,
+    MESSAGES,
+    code_of,
+    end_jobs,
+)
+from memory.scope import current_epoch, lock_scope
+from memory.vectors import embedder_is_local, vector_text
+
+logger = logging.getLogger("ctxadmin.outbox")
+
+BATCH_EVENTS = 500
+# Errors that no retry can fix: the job fails at once.
+_PERMANENT = frozenset({"consent_required"})
+
+
+@dataclass
+class Claim:
+    job: OutboxJob
+    token: str
+
+
+# The earliest due claimable job that no other worker holds, through the partial index of
+# active jobs (``outbox_claimable``): never a scan of ended jobs.
+CLAIM_NEXT_SQL = f"""
+    SELECT id, phase, attempts, max_attempts FROM memory_outboxjob
+     WHERE phase IN {ACTIVE_SQL} AND due_at <= statement_timestamp()
+     ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED
+"""  # noqa: S608 - constant phases
+
+
+def claim(prefer: str | None = None) -> Claim | None:
+    """Claim one due job (``prefer`` first when it is due): the earliest due among pending
+    and retrying jobs whose next attempt has come and running jobs whose lease has expired,
+    skipping rows another worker holds. A job whose worker died on its last allowed attempt
+    fails here instead (poison protection) and the next due job is claimed."""
+    token = secrets.token_hex(16)
+    lease = settings.CTXADMIN_OUTBOX_LEASE_SECONDS
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            row = None
+            if prefer is not None:
+                cursor.execute(
+                    f"SELECT id, phase, attempts, max_attempts FROM memory_outboxjob "  # noqa: S608
+                    f"WHERE id = %s AND phase IN {ACTIVE_SQL} AND due_at <= statement_timestamp() "
+                    f"FOR UPDATE SKIP LOCKED",
+                    [prefer],
+                )
+                row = cursor.fetchone()
+                prefer = None
+            if row is None:
+                cursor.execute(CLAIM_NEXT_SQL)
+                row = cursor.fetchone()
+            if row is None:
+                return None
+            job_id, phase, attempts, max_attempts = row
+            if phase == OutboxJob.RUNNING and attempts >= max_attempts:
+                end_jobs(cursor, OutboxJob.FAILED, "worker_lost", "id = %s", [job_id])
+                logger.warning(
+                    "outbox_job_failed", extra={"job": str(job_id), "code": "worker_lost"}
+                )
+                continue
+            cursor.execute(
+                """
+                UPDATE memory_outboxjob
+                   SET phase = 'running', owner_token = %s, attempts = attempts + 1,
+                       due_at = statement_timestamp() + %s * interval '1 second',
+                       started_at = coalesce(started_at, statement_timestamp()),
+                       updated_at = statement_timestamp()
+                 WHERE id = %s
+                """,
+                [token, lease, job_id],
+            )
+        job = OutboxJob.objects.select_related("app").get(pk=job_id)
+        logger.info(
+            "outbox_claimed",
+            extra={"job": str(job_id), "attempt": job.attempts, "cursor": job.cursor},
+        )
+        return Claim(job, token)
+
+
+# ----------------------------------------------------------------------------- processing
+
+
+class LeaseLost(Exception):
+    """The job is no longer this worker's: its lease expired and another worker claimed
+    it, or a client or an erasure cancelled it."""
+
+
+@dataclass
+class BatchResult:
+    added: int = 0
+    duplicates: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def _embedded(items: list[dict]) -> tuple[list[str | None], str]:
+    """Vectors (as pgvector text) for the items when the embedder runs in this process; for
+    an HTTP embedder none (the entries are searchable lexically at once, and the embedding
+    task fills them in)."""
+
+    embedder = embeddings.embedder_from_settings()
+    if not embedder_is_local(embedder) or not items:
+        return [None] * len(items), ""
+    vectors = embeddings.embed_memories(embedder, [item["text"] for item in items])
+    return [vector_text(v) for v in vectors], embedder.name
+
+
+def _renew(cursor, job: OutboxJob, token: str) -> None:
+    cursor.execute(
+        """
+        UPDATE memory_outboxjob
+           SET due_at = statement_timestamp() + %s * interval '1 second',
+               updated_at = statement_timestamp()
+         WHERE id = %s AND owner_token = %s AND phase = 'running'
+        """,
+        [settings.CTXADMIN_OUTBOX_LEASE_SECONDS, job.pk, token],
+    )
+    if cursor.rowcount != 1:
+        raise LeaseLost()
+
+
+def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str) -> BatchResult:
+    """Insert the batch's entries; a key stored already is a duplicate (same content) or a
+    skip (``changed_since_ingested``: other content under the key; ``expired_key_kept``: an
+    expired entry that retention or a legal hold keeps)."""
+    result = BatchResult()
+    if not items:
+        return result
+    app, user_id, session_id = job.app, job.user_id, job.session_id
+    terms = governance.write_terms(app, user_id)
+    keys = [f"session:{session_id}:{item['event_id']}" for item in items]
+    governance.release_expired_keys(app, user_id, keys)
+    entries.check_capacity(app, user_id, len(items))
+    texts = [item["text"] for item in items]
+    digests = [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts]
+    metadata = [
+        canonical_json({"role": item["role"], "source": "session"}).decode() for item in items
+    ]
+    cursor.execute(
+        """
+        INSERT INTO memory_memoryentry
+            (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
+             session_id, event_id, author, source_timestamp, search, embedding,
+             embedding_model, content_bytes, created_at, updated_at, expires_at, retain_until)
+        SELECT i.id, %s, %s, i.content, i.digest, i.metadata::jsonb, i.key, %s, i.event_id,
+               i.author, i.ts::timestamptz, to_tsvector(%s::regconfig, i.content),
+               i.vector::vector, CASE WHEN i.vector IS NULL THEN '' ELSE %s END,
+               octet_length(i.content), statement_timestamp(), statement_timestamp(),
+               statement_timestamp() + %s::integer * interval '1 second',
+               statement_timestamp() + %s::integer * interval '1 day'
+          FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                      %s::text[], %s::text[], %s::text[])
+               AS i(id, content, digest, metadata, key, event_id, author, ts, vector)
+        ON CONFLICT (app_id, user_id, idempotency_key)
+            WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING idempotency_key
+        """,
+        [
+            app.pk,
+            user_id,
+            session_id,
+            settings.CTXADMIN_MEMORY_TS_CONFIG,
+            model,
+            terms.ttl_seconds,
+            terms.retention_days,
+            [uuid.uuid4() for _ in items],
+            texts,
+            digests,
+            metadata,
+            keys,
+            [item["event_id"] for item in items],
+            [item["author"] for item in items],
+            [item["timestamp"] for item in items],
+            vectors,
+        ],
+    )
+    inserted = {row[0] for row in cursor.fetchall()}
+    result.added = len(inserted)
+    if len(inserted) < len(keys):
+        wanted = {k: d for k, d in zip(keys, digests, strict=True) if k not in inserted}
+        cursor.execute(
+            f"SELECT idempotency_key, content_sha256, {entries.LIVE} FROM memory_memoryentry "  # noqa: S608
+            "WHERE app_id = %s AND user_id = %s AND idempotency_key = ANY(%s)",
+            [app.pk, user_id, list(wanted)],
+        )
+        for key, digest, live in cursor.fetchall():
+            if not live:
+                reason = "expired_key_kept"
+            elif digest == wanted[key]:
+                result.duplicates += 1
+                continue
+            else:
+                reason = "changed_since_ingested"
+            result.skipped[reason] = result.skipped.get(reason, 0) + 1
+    return result
+
+
+def process(claimed: Claim) -> str:
+    """Write the claimed job's remaining batches; the job's phase when this worker stops."""
+    job, token = claimed.job, claimed.token
+    unembedded = False
+    try:
+        while job.cursor < job.events:
+            batch = job.payload[job.cursor : job.cursor + BATCH_EVENTS]
+            items = [item for item in batch if "skip" not in item]
+            skips: dict[str, int] = {}
+            for item in batch:
+                if "skip" in item:
+                    skips[item["skip"]] = skips.get(item["skip"], 0) + 1
+            vectors, model = _embedded(items)
+            unembedded = unembedded or bool(items and not model)
+            with transaction.atomic(), connection.cursor() as cursor:
+                lock_scope(job.app, job.user_id, shared=True)
+                _renew(cursor, job, token)
+                stale = current_epoch(job.app, job.user_id) != job.erasure_epoch
+                if stale or not batch:  # not batch: an erasure cleared the payload
+                    code = "stale_epoch" if stale else "erased"
+                    end_jobs(cursor, OutboxJob.CANCELLED, code, "id = %s", [job.pk])
+                    logger.info("outbox_job_cancelled", extra={"job": str(job.pk), "code": code})
+                    return OutboxJob.CANCELLED
+                result = _write_batch(cursor, job, items, vectors, model)
+                for reason, count in result.skipped.items():
+                    skips[reason] = skips.get(reason, 0) + count
+                _advance(cursor, job, token, len(batch), result, skips)
+            logger.info(
+                "outbox_batch_written",
+                extra={
+                    "job": str(job.pk),
+                    "batch": job.batches,
+                    "events": len(batch),
+                    "added": result.added,
+                    "duplicates": result.duplicates,
+                    "skipped": sum(skips.values()),
+                },
+            )
+        if unembedded:  # an HTTP embedder: the embedding task fills the vectors in
+            wake("memory.embed_pending")
+        return OutboxJob.COMPLETED
+    except LeaseLost:
+        logger.info("outbox_lease_lost", extra={"job": str(job.pk)})
+        return "lease_lost"
+    except Exception as exc:  # the attempt failed: retry later, or fail for good
+        return _record_failure(job, token, exc)
+
+
+def _advance(cursor, job: OutboxJob, token: str, size: int, result: BatchResult, skips) -> None:
+    job.cursor += size
+    job.batches += 1
+    job.added += result.added
+    job.duplicates += result.duplicates
+    for reason, count in skips.items():
+        job.skipped_by_reason[reason] = job.skipped_by_reason.get(reason, 0) + count
+    job.skipped = sum(job.skipped_by_reason.values())
+    done = job.cursor >= job.events
+    cursor.execute(
+        """
+        UPDATE memory_outboxjob
+           SET cursor = %s, batches = %s, added = %s, duplicates = %s, skipped = %s,
+               skipped_by_reason = %s::jsonb, updated_at = statement_timestamp(),
+               phase = CASE WHEN %s THEN 'completed' ELSE phase END,
+               payload = CASE WHEN %s THEN '[]'::jsonb ELSE payload END,
+               owner_token = CASE WHEN %s THEN '' ELSE owner_token END,
+               finished_at = CASE WHEN %s THEN statement_timestamp() ELSE finished_at END
+         WHERE id = %s AND owner_token = %s
+        """,
+        [
+            job.cursor,
+            job.batches,
+            job.added,
+            job.duplicates,
+            job.skipped,
+            canonical_json(job.skipped_by_reason).decode(),
+            done,
+            done,
+            done,
+            done,
+            job.pk,
+            token,
+        ],
+    )
+    EVENTS_PROCESSED.labels("added").inc(result.added)
+    EVENTS_PROCESSED.labels("duplicate").inc(result.duplicates)
+    EVENTS_PROCESSED.labels("skipped").inc(sum(skips.values()))
+    if done:
+        JOBS_ENDED.labels(OutboxJob.COMPLETED, "").inc()
+        job.phase = OutboxJob.COMPLETED
+        logger.info(
+            "outbox_job_completed",
+            extra={
+                "job": str(job.pk),
+                "added": job.added,
+                "duplicates": job.duplicates,
+                "skipped": job.skipped,
+                "batches": job.batches,
+            },
+        )
+
+
+def _error_code(exc: Exception) -> str:
+    if isinstance(exc, ServiceError):
+        code = code_of(exc)
+        return code if code in MESSAGES else "internal_error"
+    if isinstance(exc, embeddings.EmbeddingError):
+        return "embedding_failed"
+    if isinstance(exc, DatabaseError):
+        return "database_error"
+    return "internal_error"
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Exponential backoff with jitter: ``base * 2**(attempt-1)`` capped, then a uniform
+    draw between half of it and all of it (never a thundering herd, never zero)."""
+    base = settings.CTXADMIN_OUTBOX_BACKOFF_SECONDS
+    ceiling = settings.CTXADMIN_OUTBOX_BACKOFF_MAX_SECONDS
+    delay = min(ceiling, base * 2 ** max(0, attempt - 1))
+    return delay * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not a secret
+
+
+def _record_failure(job: OutboxJob, token: str, exc: Exception) -> str:
+    code = _error_code(exc)
+    final = code in _PERMANENT or job.attempts >= job.max_attempts
+    with transaction.atomic(), connection.cursor() as cursor:
+        if final:
+            end_jobs(
+                cursor,
+                OutboxJob.FAILED,
+                code,
+                "id = %s AND owner_token = %s AND phase = 'running'",
+                [job.pk, token],
+            )
+        else:
+            cursor.execute(
+                """
+                UPDATE memory_outboxjob
+                   SET phase = 'retry', owner_token = '', error_code = %s, error_message = %s,
+                       due_at = statement_timestamp() + %s * interval '1 second',
+                       updated_at = statement_timestamp()
+                 WHERE id = %s AND owner_token = %s AND phase = 'running'
+                """,
+                [code, MESSAGES[code], backoff_seconds(job.attempts), job.pk, token],
+            )
+        if cursor.rowcount != 1:
+            return "lease_lost"
+    logger.warning(
+        "outbox_attempt_failed",
+        extra={
+            "job": str(job.pk),
+            "attempt": job.attempts,
+            "code": code,
+            "error": type(exc).__name__,
+            "final": final,
+        },
+    )
+    return OutboxJob.FAILED if final else OutboxJob.RETRY
+
+
+def drain(prefer: str | None = None, *, budget_seconds: float = 60.0) -> dict[str, int]:
+    """Claim and process due jobs until none is due or the time budget is spent."""
+    deadline = time.monotonic() + budget_seconds
+    outcomes: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        claimed = claim(prefer)
+        prefer = None
+        if claimed is None:
+            break
+        outcome = process(claimed)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    return outcomes

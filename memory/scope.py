@@ -1,0 +1,81 @@
+"""One (app, user) scope of memory: its fingerprint, its erasure lock and its erasure epoch.
+
+The fingerprint names a scope in records that outlive its erasure (receipts, epochs, ended
+outbox jobs) without carrying the user id. The lock orders writes that carry an epoch after
+any erasure of the scope (erasures take it exclusively, those writes shared). The epoch is 0
+until the scope's first user erasure and one more after each: a write prepared at an older
+epoch is refused (409 ``memory_erasure_epoch_stale``), so it cannot bring erased memory back.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from ctxadmin.canonical import fingerprint
+from ctxadmin.errors import ServiceError, invalid
+from ctxadmin.models import App
+
+# The first key of the two-key advisory lock taken per scope ("mem\0").
+_LOCK_NAMESPACE = 0x6D656D00
+
+
+def scope_fingerprint(app: App | int, user_id: str) -> str:
+    """SHA-256 of the canonical JSON of ``{"app_id", "user_id"}``: names a scope in records
+    that outlive its erasure without carrying the user id."""
+    app_id = app if isinstance(app, int) else app.pk
+    return fingerprint({"app_id": app_id, "user_id": user_id})
+
+
+def lock_scope(app: App, user_id: str, *, shared: bool = False) -> None:
+    """The scope's erasure lock, to the end of the current transaction. Erasures take it
+    exclusively; writes that carry an epoch take it shared (they do not wait for each
+    other, only for an erasure)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("lock_scope needs a transaction")
+    key = int(scope_fingerprint(app, user_id)[:8], 16) - 2**31
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s, %s)", [_LOCK_NAMESPACE, key])
+
+
+def current_epoch(app: App, user_id: str) -> int:
+    """The scope's erasure epoch: 0 until its first user erasure, then one more each time."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT epoch FROM memory_erasureepoch WHERE app_id = %s AND scope_fingerprint = %s",
+            [app.pk, scope_fingerprint(app, user_id)],
+        )
+        row = cursor.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def check_epoch(app: App, user_id: str, epoch: int) -> None:
+    """Refuse a write carrying an epoch older than the scope's (409
+    ``memory_erasure_epoch_stale``) or newer (400: no such epoch yet). Under the shared
+    scope lock, the answer holds until the write commits."""
+    current = current_epoch(app, user_id)
+    if epoch < current:
+        raise ServiceError(
+            "memory_erasure_epoch_stale",
+            "This user's memory was erased after this write was prepared; it was not stored.",
+            status_code=409,
+            details={"erasure_epoch": epoch, "current_erasure_epoch": current},
+        )
+    if epoch > current:
+        raise invalid("erasure_epoch", f"is ahead of this scope's current erasure epoch {current}")
+
+
+def advance_epoch(app: App, user_id: str) -> int:
+    """One more epoch for the scope (a user erasure, in its transaction); the new epoch."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO memory_erasureepoch (app_id, scope_fingerprint, epoch, updated_at)
+            VALUES (%s, %s, 1, now())
+            ON CONFLICT (app_id, scope_fingerprint) DO UPDATE
+                SET epoch = memory_erasureepoch.epoch + 1, updated_at = now()
+            RETURNING epoch
+            """,
+            [app.pk, scope_fingerprint(app, user_id)],
+        )
+        return int(cursor.fetchone()[0])

@@ -1,0 +1,189 @@
+"""Reads of a session's history: its visible checkpoints and head, the events they do not
+cover, and the automatic-compaction state the engine weighs.
+
+Everything that builds on a session's history (compaction, the context a model call gets)
+reads it here, so what counts as visible is written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import connection
+
+from sessions_app import store
+from sessions_app.compaction import model
+from sessions_app.compaction.policy import CompactionPolicy
+from sessions_app.events import COMPACTION
+from sessions_app.models import Checkpoint
+
+
+@dataclass(frozen=True)
+class Visible:
+    """A visible checkpoint as read for the engine and the context builder."""
+
+    view: model.CheckpointView
+    items_json: str
+    items_bytes: int
+    item_count: int
+    status: str = ""
+
+
+def head_of(visible: list[Visible]) -> str | None:
+    """The active checkpoint (the head is never subsumed, so it is among the visible)."""
+    return next((v.view.id for v in visible if v.status == Checkpoint.ACTIVE), None)
+
+
+VISIBLE_SQL = """
+    SELECT id::text, first_seq, last_seq, representation, tokens, summary, trigger,
+           high_water_seq, window_end_invocation, items_json, items_bytes, item_count, status
+      FROM sessions_app_checkpoint
+     WHERE session_id = %s AND status IN ('active', 'superseded') AND subsumed_by_id IS NULL
+     ORDER BY first_seq, created_at
+"""
+
+
+def visible_checkpoints(session_pk: int) -> list[Visible]:
+    with connection.cursor() as cursor:
+        cursor.execute(VISIBLE_SQL, [session_pk])
+        rows = cursor.fetchall()
+    return [
+        Visible(
+            model.CheckpointView(
+                id=cid,
+                first_seq=first,
+                last_seq=last,
+                representation=representation,
+                tokens=tokens,
+                summary=store.decode(summary),
+                trigger=trigger,
+                high_water_seq=high_water,
+                window_end_invocation=window_end,
+            ),
+            items_json,
+            items_bytes,
+            item_count,
+            status,
+        )
+        for (
+            cid,
+            first,
+            last,
+            representation,
+            tokens,
+            summary,
+            trigger,
+            high_water,
+            window_end,
+            items_json,
+            items_bytes,
+            item_count,
+            status,
+        ) in rows
+    ]
+
+
+def uncovered_sql(ranges: list[tuple[int, int]]) -> tuple[str, list[int]]:
+    """A SQL condition (on ``seq``) true for events outside every range."""
+    if not ranges:
+        return "TRUE", []
+    clause = " OR ".join(["seq BETWEEN %s AND %s"] * len(ranges))
+    return f"NOT ({clause})", [bound for pair in ranges for bound in pair]
+
+
+def _overlap_start(session_pk: int, visible: list[Visible], policy: CompactionPolicy) -> int | None:
+    """The first seq of the invocations a sliding window re-summarises (its overlap)."""
+    if not policy.compaction_interval or not policy.overlap_size:
+        return None
+    previous = next((v.view for v in reversed(visible) if v.view.trigger == "sliding_window"), None)
+    if previous is None or not previous.window_end_invocation:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT min(first) FROM (
+                SELECT min(seq) AS first FROM sessions_app_event
+                 WHERE session_id = %s AND seq <= %s AND invocation_id <> ''
+                   AND kinds & %s = 0
+                 GROUP BY invocation_id ORDER BY min(seq) DESC LIMIT %s
+            ) overlap
+            """,
+            [session_pk, previous.last_seq, COMPACTION, policy.overlap_size],
+        )
+        return cursor.fetchone()[0]
+
+
+def source_events(
+    session_pk: int, visible: list[Visible], policy: CompactionPolicy
+) -> list[model.SourceEvent]:
+    """The events compaction may read: outside the visible summaries (pruned checkpoints
+    keep their sources, so a later summary can absorb them), plus a sliding window's
+    overlap; never compaction events."""
+    hidden = [(v.view.first_seq, v.view.last_seq) for v in visible]
+    condition, params = uncovered_sql(hidden)
+    overlap = _overlap_start(session_pk, visible, policy)
+    if overlap is not None:
+        condition = f"({condition} OR seq >= %s)"
+        params = [*params, overlap]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, event_id, invocation_id, author, context_json, context_bytes, "  # noqa: S608
+            "date_part('epoch', timestamp), turn_complete FROM sessions_app_event "
+            f"WHERE session_id = %s AND kinds & %s = 0 AND {condition} ORDER BY seq",
+            [session_pk, COMPACTION, *params],
+        )
+        rows = cursor.fetchall()
+    return [
+        model.SourceEvent(
+            seq=seq,
+            event_id=event_id,
+            invocation_id=invocation_id,
+            author=author,
+            item=store.decode(item),
+            context_bytes=size,
+            timestamp=float(when),
+            turn_complete=turn_complete,
+        )
+        for seq, event_id, invocation_id, author, item, size, when, turn_complete in rows
+    ]
+
+
+def automatic_state(session_pk: int) -> model.AutomaticState:
+    """Successful automatic compactions in the last hour, and whether a backoff holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT (SELECT count(*) FROM sessions_app_checkpoint
+                     WHERE session_id = %s AND origin = 'automatic'
+                       AND status IN ('active', 'superseded')
+                       AND created_at >= now() - interval '1 hour'),
+                   coalesce((SELECT backoff_until > now() FROM sessions_app_compactionstate
+                              WHERE session_id = %s), false)
+            """,
+            [session_pk, session_pk],
+        )
+        recent, backing_off = cursor.fetchone()
+    return model.AutomaticState(recent_successes=recent, backing_off=bool(backing_off))
+
+
+def active_head(session_pk: int) -> tuple[str | None, str | None]:
+    """The active checkpoint's own key and its compaction id (None, None without one)."""
+    head = (
+        Checkpoint.objects.filter(session_id=session_pk, status=Checkpoint.ACTIVE)
+        .values_list("id", "compaction_id")
+        .first()
+    )
+    return (None, None) if head is None else (str(head[0]), str(head[1]))
+
+
+def compaction_ids(keys) -> dict[str, str]:
+    """The compaction ids of checkpoints by their own keys (what the API shows of them)."""
+    wanted = [key for key in keys if key is not None]
+    if not wanted:
+        return {}
+    return {
+        str(key): str(public)
+        for key, public in Checkpoint.objects.filter(pk__in=wanted).values_list(
+            "id", "compaction_id"
+        )
+    }
