@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from memory.embeddings import HashingEmbedder
+from memory.embedders import HashingEmbedder
 
 if TYPE_CHECKING:
     from langgraph.store.postgres import PostgresStore

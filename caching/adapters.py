@@ -1,11 +1,13 @@
-"""What the registry asks of a provider that can cache a request prefix.
+"""What the registry asks of a provider that can cache a request prefix, the adapters that
+do it (Gemini over ``ctxadmin.providers.gemini_caches``, and the in-process ``fake``), and
+the adapter for a scope's provider name.
 
 An adapter creates a provider-side cache of a prefix, deletes one, and may extend one's TTL
 or find the ones it made under a tag (the registry's entry id, so a creator that died after
 the provider answered cannot leak a resource). Failures are ``ProviderError`` with a stable
 code; their messages carry neither a resource name nor prefix text.
 
-Resource names are opaque to everything but the adapter and ``caching.registry.resolve``:
+Resource names are opaque to everything but the adapter and ``caching.leases.resolve``:
 they are never logged, serialised or shown.
 """
 
@@ -18,7 +20,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from django.conf import settings
+from prometheus_client import Counter
+
+import ctxadmin.providers.gemini_caches as gemini_caches
+from ctxadmin.env import Env
 from ctxadmin.providers.base import ProviderError
+from ctxadmin.providers.gemini_caches import GeminiCaches
+
+PROVIDER_CALLS = Counter(
+    "ctxadmin_cache_provider_calls_total",
+    "Provider cache calls by operation (create, delete, find) and result (ok or error code).",
+    ["operation", "result"],
+)
 
 
 @dataclass(frozen=True)
@@ -138,3 +152,79 @@ class FakeCacheAdapter:
     def find(self, tag: str, *, timeout_s: float) -> list[str]:
         with self._lock:
             return [name for name, (t, _) in self.resources.items() if t == tag]
+
+
+class GeminiCacheAdapter(GeminiCaches):
+    """Explicit caches of the Gemini API (``/v1beta/cachedContents``) as a ``CacheAdapter``:
+    the wire calls are ``GeminiCaches``'; this adds the prefix's translation and the
+    settings."""
+
+    provider = "gemini"
+
+    @classmethod
+    def from_settings(cls) -> GeminiCacheAdapter:
+        """The adapter for ``CTXADMIN_GEMINI_BASE_URL``, with the key read now from
+        ``CTXADMIN_GEMINI_API_KEY`` (or ``_FILE``), else ``GEMINI_API_KEY``."""
+        env = Env()
+        key = env.secret("CTXADMIN_GEMINI_API_KEY") or env.secret("GEMINI_API_KEY")
+        return cls(settings.CTXADMIN_GEMINI_BASE_URL, key)
+
+    def min_prefix_tokens(self, model: str) -> int:
+        """Gemini's smallest cacheable prefix; unknown models get the largest known minimum."""
+        return gemini_caches.min_prefix_tokens(model)
+
+    def create(
+        self, *, model: str, prefix: CachePrefix, ttl_ms: int, tag: str, timeout_s: float
+    ) -> CreatedResource:
+        """Create the resource. A timeout does not mean nothing was made: ``find(tag)``
+        returns resources whose create the caller gave up on."""
+        created = self.create_cache(
+            model=model,
+            system_instruction=prefix.system_instruction,
+            contents=prefix.contents,
+            tools=prefix.tools,
+            tool_config=prefix.tool_config,
+            ttl_ms=ttl_ms,
+            tag=tag,
+            timeout_s=timeout_s,
+        )
+        return CreatedResource(
+            name=created.name, expires_at=created.expires_at, cached_tokens=created.cached_tokens
+        )
+
+
+# --------------------------------------------------------------------------- by provider name
+
+
+class SettingsFakeAdapter(FakeCacheAdapter):
+    """The ``fake`` provider of this process: its delay and failure are read from the
+    settings at each create (``CTXADMIN_CACHE_FAKE_DELAY_MS``/``_FAILURE``)."""
+
+    def create(
+        self, *, model: str, prefix: CachePrefix, ttl_ms: int, tag: str, timeout_s: float
+    ) -> CreatedResource:
+        self.delay_s = settings.CTXADMIN_CACHE_FAKE_DELAY_MS / 1000
+        self.fail = settings.CTXADMIN_CACHE_FAKE_FAILURE or None
+        return super().create(
+            model=model, prefix=prefix, ttl_ms=ttl_ms, tag=tag, timeout_s=timeout_s
+        )
+
+    def reset(self) -> None:
+        with self._lock:
+            self.creates = self.deletes = 0
+            self.resources.clear()
+
+
+_fake = SettingsFakeAdapter()
+
+
+def fake_adapter() -> SettingsFakeAdapter:
+    return _fake
+
+
+def get_adapter(provider: str) -> CacheAdapter:
+    if provider == "fake":
+        return _fake
+    if provider == "gemini":
+        return GeminiCacheAdapter.from_settings()
+    raise LookupError(f"unknown cache provider {provider!r}")

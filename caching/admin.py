@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from caching.invalidate import invalidate
 from caching.models import CacheEntry, CacheScope
 from ctxadmin.admin import ReadOnlyAdmin
 
@@ -42,12 +43,10 @@ class CacheScopeAdmin(ReadOnlyAdmin):
         permissions=["invalidate"],
     )
     def invalidate_scopes(self, request, queryset):
-        from caching import registry
-
         entries = 0
         scopes = 0
         for scope in queryset.select_related("app"):
-            entries += registry.invalidate(scope.app, scope.fingerprint)["entries_invalidated"]
+            entries += invalidate(scope.app, scope.fingerprint)["entries_invalidated"]
             scopes += 1
         self.message_user(request, f"{scopes} scope(s) invalidated; {entries} entries to delete.")
 
@@ -100,12 +99,9 @@ class CacheEntryAdmin(ReadOnlyAdmin):
         permissions=["invalidate"],
     )
     def invalidate_scopes(self, request, queryset):
-        from caching import registry
-
         scopes = {entry.scope for entry in queryset.select_related("scope__app")}
         entries = sum(
-            registry.invalidate(scope.app, scope.fingerprint)["entries_invalidated"]
-            for scope in scopes
+            invalidate(scope.app, scope.fingerprint)["entries_invalidated"] for scope in scopes
         )
         self.message_user(
             request, f"{len(scopes)} scope(s) invalidated; {entries} entries to delete."

@@ -11,7 +11,7 @@ from ctxadmin.admin import ReadOnlyAdmin
 from ctxadmin.content import ContentAdminMixin, render
 from ctxadmin.errors import ServiceError
 from memory import erasure, vectors
-from memory.embeddings import embedder_from_settings
+from memory.embedders import embedder_from_settings
 from memory.models import (
     Consent,
     ErasureEpoch,

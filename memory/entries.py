@@ -18,7 +18,7 @@ from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uui
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed, is_secret_key, looks_like_secret
 from ctxadmin.wake import wake
-from memory import embeddings, governance
+from memory import embedders, governance
 from memory.inputs import (
     ADD_KEYS,
     EMBED_MODES,
@@ -205,7 +205,7 @@ def add_memory(
             return _same_or_conflict(existing, digest), False
         governance.release_expired_key(app, user_id, new.idempotency_key)
     check_capacity(app, user_id)
-    embedder = embeddings.embedder_from_settings()
+    embedder = embedders.embedder_from_settings()
     vector = None
     sync = new.embed == "sync" or (new.embed == "auto" and embedder_is_local(embedder))
     if sync:

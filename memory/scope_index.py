@@ -44,7 +44,7 @@ from django.utils import timezone
 from psycopg import Error as DatabaseError
 from psycopg import sql
 
-from memory import embeddings
+from memory import embedders
 from memory.models import ScopeIndex
 
 logger = logging.getLogger("ctxadmin.memory")
@@ -295,7 +295,7 @@ def maintain(*, max_builds: int = 1, wait: bool = False) -> dict:
         if not cursor.fetchone()[-1]:
             return {"locked": False}
     try:
-        embedding_model = embeddings.embedder_from_settings().name
+        embedding_model = embedders.embedder_from_settings().name
         dropped = 0
         for row in _unwanted(embedding_model) if enabled() else ScopeIndex.objects.all():
             name, had_index = row.index_name, row.state != ScopeIndex.State.FAILED

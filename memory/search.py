@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from ctxadmin.errors import ServiceError
 from ctxadmin.models import App
-from memory import embeddings, governance, scope_index
+from memory import embedders, governance, scope_index
 from memory.entries import LIVE
 from memory.fusion import BM25_B, BM25_K1, Fusion, bm25_ceiling, bm25_idf, choose, filled, fuse
 from memory.inputs import SearchRequest
@@ -185,15 +185,15 @@ def _vector(
     has one (a large scope, ``memory/scope_index.py``); else exact in a small scope; else
     over the shared HNSW index, whose iterative scans keep going until ``depth`` rows of
     this scope are found, however small it is in the table."""
-    embedder = embedder or embeddings.embedder_from_settings()
+    embedder = embedder or embedders.embedder_from_settings()
     try:
-        vector = embeddings.embed_all(
+        vector = embedders.embed_all(
             embedder,
             [request.query],
-            limits=embeddings.EmbeddingLimits(),
-            deadline=time.monotonic() + embeddings.EmbeddingLimits().timeout_s,
+            limits=embedders.EmbeddingLimits(),
+            deadline=time.monotonic() + embedders.EmbeddingLimits().timeout_s,
         )[0]
-    except embeddings.EmbeddingError as exc:
+    except embedders.EmbeddingError as exc:
         raise ServiceError(
             exc.code, "The embedder could not embed the query.", status_code=502
         ) from None
@@ -299,7 +299,7 @@ def fusion_for(request: SearchRequest, embedder=None) -> Fusion:
     ``weights``, else by the embedder's measured calibration (``Embedder.fusion_weight``)."""
     if request.weights is not None:
         return choose(request.weights, None)
-    embedder = embedder or embeddings.embedder_from_settings()
+    embedder = embedder or embedders.embedder_from_settings()
     return choose(None, getattr(embedder, "fusion_weight", None))
 
 
@@ -385,7 +385,7 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
             for entry_id, score in _vector(app, user_id, request, request.limit)
         ]
     else:
-        embedder = embeddings.embedder_from_settings()  # once: an HTTP one is built per call
+        embedder = embedders.embedder_from_settings()  # once: an HTTP one is built per call
         fusion = fusion_for(request, embedder)
         if fusion.method == "fill":
             ranked = _lexical_then_vector(app, user_id, request, embedder)

@@ -8,7 +8,7 @@ import logging
 from django.db import connection, transaction
 
 from ctxadmin.errors import ServiceError
-from memory import embeddings
+from memory import embedders
 
 logger = logging.getLogger("ctxadmin.memory")
 
@@ -22,8 +22,8 @@ def embedder_is_local(embedder) -> bool:
 
 def embed_one(embedder, text: str) -> list[float]:
     try:
-        return embeddings.embed_memories(embedder, [text])[0]
-    except embeddings.EmbeddingError as exc:
+        return embedders.embed_memories(embedder, [text])[0]
+    except embedders.EmbeddingError as exc:
         raise ServiceError(
             exc.code, "The embedder could not embed this memory.", status_code=502
         ) from None
@@ -51,7 +51,7 @@ def embed_pending_batch(batch_size: int = 128) -> int:
     lexically; ``reembed`` tries again), so one entry never holds back the ones behind it.
     When the provider is unavailable, nothing changes and the error propagates: the beat
     tries again later."""
-    embedder = embeddings.embedder_from_settings()
+    embedder = embedders.embedder_from_settings()
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
@@ -65,9 +65,9 @@ def embed_pending_batch(batch_size: int = 128) -> int:
             return 0
         refused: list = []
         try:
-            vectors = embeddings.embed_memories(embedder, [content for _id, content in rows])
+            vectors = embedders.embed_memories(embedder, [content for _id, content in rows])
             embedded = list(zip(rows, vectors, strict=True))
-        except embeddings.EmbeddingError as exc:
+        except embedders.EmbeddingError as exc:
             if _provider_unavailable(exc):
                 raise
             embedded = []
@@ -76,8 +76,8 @@ def embed_pending_batch(batch_size: int = 128) -> int:
             else:
                 for row in rows:
                     try:
-                        vector = embeddings.embed_memories(embedder, [row[1]])[0]
-                    except embeddings.EmbeddingError as one:
+                        vector = embedders.embed_memories(embedder, [row[1]])[0]
+                    except embedders.EmbeddingError as one:
                         if _provider_unavailable(one):
                             raise
                         refused.append(row[0])

@@ -26,7 +26,7 @@ from bench.memory_search.plan import (
     VOCABULARY,
 )
 from bench.memory_search.recall import turns
-from memory.embeddings import HashingEmbedder
+from memory.embedders import HashingEmbedder
 
 
 def vocabulary(rng: random.Random) -> tuple[list[str], list[float]]:

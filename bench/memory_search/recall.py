@@ -26,7 +26,7 @@ from bench.memory_search.plan import (
 )
 from bench.service import bench_client, bench_service, stop_service
 from ctxadmin import stack
-from memory.embeddings import HashingEmbedder, LocalEmbedder, embed_all
+from memory.embedders import HashingEmbedder, LocalEmbedder, embed_all
 
 
 def turns(sample: dict) -> list[dict]:

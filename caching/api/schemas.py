@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from caching.acquire import BYPASS_REASONS
+from caching.inputs import MAX_TIMEOUT_MS
 from caching.keys import FAILURE_MODES, MAX_CONTENTS, MAX_LABELS, MAX_TOOLS, MIN_TTL_MS
-from caching.registry import BYPASS_REASONS, MAX_TIMEOUT_MS
 
 
 def _strict(properties: dict, required: list[str] | None = None) -> dict:

@@ -2,7 +2,7 @@
 
 Every endpoint needs the ``cache`` scope and sees only the key's app. Nothing here returns a
 provider resource name or prefix text: a lease is opaque, and only the server-side
-``caching.registry.resolve`` turns it into a resource.
+``caching.leases.resolve`` turns it into a resource.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from caching import registry
+from caching.acquire import acquire
+from caching.inputs import parse_acquire, parse_scope_body
+from caching.invalidate import invalidate
+from caching.status import scope_status
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.models import SCOPE_CACHE
@@ -38,8 +41,8 @@ class CacheAcquireView(CacheScopedView):
         responses={200: ref("CacheAcquired")},
     )
     def post(self, request, app):
-        parsed = registry.parse_acquire(request.data, self.tenant)
-        return Response(registry.acquire(self.tenant, parsed).as_json())
+        parsed = parse_acquire(request.data, self.tenant)
+        return Response(acquire(self.tenant, parsed).as_json())
 
 
 class CacheInvalidateView(CacheScopedView):
@@ -53,8 +56,8 @@ class CacheInvalidateView(CacheScopedView):
         responses={200: ref("CacheInvalidated")},
     )
     def post(self, request, app):
-        target = registry.parse_scope_body(request.data, self.tenant)
-        return Response(registry.invalidate(self.tenant, target))
+        target = parse_scope_body(request.data, self.tenant)
+        return Response(invalidate(self.tenant, target))
 
 
 class CacheScopeView(CacheScopedView):
@@ -65,4 +68,4 @@ class CacheScopeView(CacheScopedView):
         responses={200: ref("CacheScopeStatus")},
     )
     def get(self, request, app, fingerprint):
-        return Response(registry.scope_status(self.tenant, fingerprint))
+        return Response(scope_status(self.tenant, fingerprint))

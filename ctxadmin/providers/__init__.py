@@ -1,8 +1,12 @@
-"""Clients for model providers (Gemini, OpenAI-compatible servers, Anthropic) that ask for
-JSON output. See ``ctxadmin.providers.clients`` for the wire formats.
+"""Model providers (Gemini, OpenAI-compatible servers, Anthropic): connections and errors
+(``base``), the one HTTP transport (``transport``), each provider's wire format (``gemini``,
+``gemini_caches``, ``openai_compat``, ``anthropic``, over the shared ``wire`` helpers) and
+the calls over them: ``clients.complete_json`` (a JSON reply) and ``generate.generate`` (a
+turn with tools). The embedders over the embeddings formats are ``memory.embedders``.
 
-``complete_json`` is loaded on first use: the settings module imports this package to
-validate ``CTXADMIN_PROVIDERS``, and every process would otherwise pay for importing httpx.
+``complete_json`` is loaded on first use (a lazy import, on purpose): the settings module
+imports this package to validate ``CTXADMIN_PROVIDERS``, and every process would otherwise
+pay for importing httpx.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Model-provider connections, the errors a call can end in, and what a call returns.
 
+Everything here is shared by the wire formats (``gemini``, ``openai_compat``, ``anthropic``)
+and the calls over them (``clients.complete_json``, ``generate.generate``, the embedders).
+
 A connection names an endpoint and how to speak to it; its API key is read from the
 environment when the connection is built, so the settings (and anything that prints them)
 never hold a secret. Errors carry a stable machine code and numbers only: a prompt, a reply
@@ -21,12 +24,21 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from ctxadmin.env import Env
-from ctxadmin.providers.transport import CodedError
 
 ProviderKind = Literal["gemini", "openai_compatible", "anthropic"]
 KINDS: frozenset[str] = frozenset({"gemini", "openai_compatible", "anthropic"})
 DEFAULT_MAX_OUTPUT_BYTES = 256 * 1024
 MAX_OUTPUT_BYTES_LIMIT = 64 * 1024 * 1024
+
+EMBEDDING_ERROR_CODES: frozenset[str] = frozenset(
+    {
+        "embedding_timeout",
+        "embedding_provider_error",
+        "embedding_bad_response",
+        "embedding_input_too_large",
+        "embedding_rate_limited",
+    }
+)
 
 ERROR_CODES: frozenset[str] = frozenset(
     {
@@ -39,6 +51,43 @@ ERROR_CODES: frozenset[str] = frozenset(
         "provider_output_too_large",
     }
 )
+
+
+class CodedError(Exception):
+    """A call that did not produce a usable reply.
+
+    ``code`` (one of the subclass's ``codes``) is what callers branch on (retry, back off,
+    give up). The message is built here from the code, the status and an optional
+    ``detail`` that callers fill with sizes or field names only, never with text from
+    either side.
+    """
+
+    codes: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        code: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        detail: str | None = None,
+    ):
+        if code not in self.codes:
+            raise ValueError(f"unknown {type(self).__name__} code {code!r}")
+        self.code = code
+        self.status = status
+        self.retry_after_s = retry_after_s
+        parts = [code]
+        if status is not None:
+            parts.append(f"status={status}")
+        if retry_after_s is not None:
+            parts.append(f"retry_after_s={retry_after_s:g}")
+        if detail:
+            parts.append(detail)
+        super().__init__(" ".join(parts))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self})"
 
 
 @dataclass(frozen=True)
@@ -69,10 +118,37 @@ class Completion:
     model: str
 
 
+@dataclass(frozen=True)
+class Generation:
+    """A model's turn (``generate``): its parts in ctxadmin's event format, and accounting."""
+
+    parts: list[dict]
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_tokens: int | None
+    finish_reason: str | None
+    model: str
+
+
 class ProviderError(CodedError):
     """A call that did not produce a usable reply (``code`` is one of ``ERROR_CODES``)."""
 
     codes = frozenset(ERROR_CODES)
+
+
+class EmbeddingError(CodedError):
+    """Texts that could not be embedded; nothing was returned for any of them.
+
+    ``code`` is one of ``EMBEDDING_ERROR_CODES``. The message is built from the code, the
+    status and a ``detail`` holding sizes, counts or field names only.
+    """
+
+    codes = frozenset(EMBEDDING_ERROR_CODES)
+
+
+def embedding_bad(detail: str, status: int | None = None) -> EmbeddingError:
+    """An embeddings reply of the wrong shape (``detail``: sizes and field names only)."""
+    return EmbeddingError("embedding_bad_response", status=status, detail=detail)
 
 
 class UnknownConnection(KeyError):
@@ -158,7 +234,7 @@ def _validate_entry(entry_name: Any, entry: Any, *, name: str) -> dict:
         )
     if entry["kind"] not in KINDS:
         raise ImproperlyConfigured(f"{where}.kind must be one of {sorted(KINDS)}")
-    _validate_base_url(entry["base_url"], where=where)
+    validate_base_url(entry["base_url"], where=where)
     api_key_env = entry.get("api_key_env")
     if api_key_env is not None and (
         not isinstance(api_key_env, str) or not _ENV_NAME.fullmatch(api_key_env)
@@ -176,7 +252,7 @@ def _validate_entry(entry_name: Any, entry: Any, *, name: str) -> dict:
     return dict(entry)
 
 
-def _validate_base_url(url: Any, *, where: str) -> None:
+def validate_base_url(url: Any, *, where: str) -> None:
     if not isinstance(url, str):
         raise ImproperlyConfigured(f"{where}.base_url must be a string")
     try:

@@ -17,7 +17,7 @@ from django.db import DatabaseError, connection, transaction
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError
 from ctxadmin.wake import wake
-from memory import embeddings, entries, governance
+from memory import embedders, entries, governance
 from memory.models import OutboxJob
 from memory.outbox.jobs import (
     ACTIVE_SQL,
@@ -122,10 +122,10 @@ def _embedded(items: list[dict]) -> tuple[list[str | None], str]:
     an HTTP embedder none (the entries are searchable lexically at once, and the embedding
     task fills them in)."""
 
-    embedder = embeddings.embedder_from_settings()
+    embedder = embedders.embedder_from_settings()
     if not embedder_is_local(embedder) or not items:
         return [None] * len(items), ""
-    vectors = embeddings.embed_memories(embedder, [item["text"] for item in items])
+    vectors = embedders.embed_memories(embedder, [item["text"] for item in items])
     return [vector_text(v) for v in vectors], embedder.name
 
 
@@ -324,7 +324,7 @@ def _error_code(exc: Exception) -> str:
     if isinstance(exc, ServiceError):
         code = code_of(exc)
         return code if code in MESSAGES else "internal_error"
-    if isinstance(exc, embeddings.EmbeddingError):
+    if isinstance(exc, embedders.EmbeddingError):
         return "embedding_failed"
     if isinstance(exc, DatabaseError):
         return "database_error"

@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from caching import registry
+from caching.adapters import fake_adapter
 from caching.models import CacheEntry
-from caching.providers import fake_adapter
 from ctxadmin.services import create_api_key
 from tests.cache_helpers import PREFIX_MARKER, body, prefix, scope
 from tests.conftest import make_tenant

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection, connections
 
+from caching.adapters import fake_adapter
 from caching.models import CacheEntry
-from caching.providers import fake_adapter
 from tests.cache_helpers import body, scope
 from tests.conftest import make_tenant
 from tests.sessions_app.test_sessions_schema import check

@@ -14,8 +14,8 @@ import pytest
 from django.db import connection
 
 from caching import crypto, registry
+from caching.adapters import fake_adapter
 from caching.models import CacheEntry, CacheScope
-from caching.providers import fake_adapter
 from tests.cache_helpers import PREFIX_MARKER, acquire, body, prefix, scope, states
 from tests.conftest import make_tenant
 

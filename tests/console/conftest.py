@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from caching.providers import fake_adapter
+from caching.adapters import fake_adapter
 from tests.console.diagnostics_helpers import World, build_world, operator
 
 

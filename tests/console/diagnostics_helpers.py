@@ -12,8 +12,8 @@ from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
 from caching import registry
+from caching.adapters import fake_adapter
 from caching.models import CacheEntry, CacheScope
-from caching.providers import fake_adapter
 from tests.cache_helpers import PREFIX_MARKER, acquire, body, scope
 from tests.conftest import Tenant, make_tenant
 from tests.sessions_helpers import call, response, sessions_url, text

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
-from caching.providers import fake_adapter
+from caching.adapters import fake_adapter
 from ctxadmin.models import AuditLog
 from memory.models import MemoryEntry
 from sessions_app.models import Checkpoint, Event

@@ -89,7 +89,7 @@ def browser():
 @pytest.fixture(autouse=True)
 def quiet(monkeypatch, settings):
     """No messages to a broker another test's worker reads: the job stays in the backlog."""
-    from caching.providers import fake_adapter
+    from caching.adapters import fake_adapter
     from caching.tasks import cleanup
     from memory.tasks import drain_outbox
     from sessions_app.tasks import run_compaction

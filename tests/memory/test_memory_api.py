@@ -239,7 +239,7 @@ def test_a_small_scope_in_a_large_table_gets_all_its_vector_results(api, owner):
     """20 entries of one user among 50,000 of others, all of them nearer to the query than
     any of the 20, with the HNSW index the planner's choice for such a query: all 20 are
     still found (a scope this small is searched exactly)."""
-    from memory.embeddings import HashingEmbedder
+    from memory.embedders import HashingEmbedder
 
     query_vector = HashingEmbedder(384).vector("gardening and tomatoes")
     own = [add(api, content=f"note {i} about gardening and tomatoes")["id"] for i in range(20)]
@@ -422,14 +422,14 @@ def test_vectors_of_another_embedder_are_never_compared(api):
 def test_a_memory_longer_than_an_embedding_input_is_embedded_from_its_beginning(api, owner):
     """Content may hold 32 KiB; an embedding input at most 8 KiB: the vector is the first
     8 KiB's, whether embedded at once, by the embedding task or by the outbox."""
-    from memory import embeddings
+    from memory import embedders
     from memory.outbox import worker
     from memory.tasks import embed_pending
 
     head = "é" * 4096  # 8,192 bytes of UTF-8: a cut there must not split a character
     long_text = head + " and then " + "the rest of a long memory " * 500
     assert len(long_text.encode()) > 16_000
-    embedder = embeddings.embedder_from_settings()
+    embedder = embedders.embedder_from_settings()
     expected = [round(x, 5) for x in embedder.vector(head)]
     stored = add(api, content=long_text)  # embedded at once
     later = add(api, content=long_text + " (again)", embed="async")

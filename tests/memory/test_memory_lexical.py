@@ -279,8 +279,8 @@ class TestHybridWithTheHashingEmbedder:
 
 
 def test_each_embedder_s_default_fusion(settings):
-    from memory.embeddings import LocalEmbedder
-    from tests.memory.test_embeddings import LOCAL_INSTALLED
+    from memory.embedders import LocalEmbedder
+    from tests.embedding_helpers import LOCAL_INSTALLED
 
     request = inputs.parse_search({"query": "q"})
     settings.CTXADMIN_EMBEDDER = "hashing"

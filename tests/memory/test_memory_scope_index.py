@@ -62,7 +62,7 @@ def indexes() -> dict[str, str]:
 def exact_scores(user: str, query: str, limit: int = 10) -> list[float]:
     """The scores of the scope's exact top ``limit`` (texts here share words, so several
     entries may tie: the scores, not the ids, say whether a ranking is the exact one)."""
-    from memory.embeddings import HashingEmbedder
+    from memory.embedders import HashingEmbedder
     from memory.vectors import vector_text
 
     vector = vector_text(HashingEmbedder(384).vector(query))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from caching.adapters import fake_adapter
 from caching.models import CacheEntry
-from caching.providers import fake_adapter
 from ctxadmin.testing.fake_gemini_cache import FakeGeminiCache
 from memory.outbox import worker
 from runner import fake_model

@@ -29,7 +29,7 @@ AGENT = {"provider": "fake", "model": "fake-1", "declarations": [{"name": "looku
 
 @pytest.fixture(autouse=True)
 def quiet(monkeypatch):
-    from caching.providers import fake_adapter
+    from caching.adapters import fake_adapter
     from caching.tasks import cleanup
     from memory.tasks import drain_outbox
     from sessions_app.tasks import run_compaction

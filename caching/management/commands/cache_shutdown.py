@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from caching import registry
+from caching.cleanup import cleanup
+from caching.invalidate import invalidate_all
+from caching.status import pending_deletes
 from ctxadmin.models import App
 
 
@@ -21,9 +23,9 @@ class Command(BaseCommand):
             target = App.objects.filter(name=app).first()
             if target is None:
                 raise CommandError(f"no app named {app!r}")
-        retired = registry.invalidate_all(target, reason="shutdown")
-        result = registry.cleanup()
-        left = registry.pending_deletes(target)
+        retired = invalidate_all(target, reason="shutdown")
+        result = cleanup()
+        left = pending_deletes(target)
         self.stdout.write(
             f"{retired} entries invalidated; {result['deleted']} provider deletes run; "
             f"{left} still to retry."

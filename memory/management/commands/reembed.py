@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from memory import embeddings, vectors
+from memory import embedders, vectors
 from memory.tasks import embed_pending
 
 
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        embedder = embeddings.embedder_from_settings()
+        embedder = embedders.embedder_from_settings()
         with connection.cursor() as cursor:
             if options["all"]:
                 cursor.execute(

@@ -16,7 +16,7 @@ from celery.signals import before_task_publish
 from cryptography.fernet import Fernet
 from kombu import Exchange, Queue
 
-from caching.providers import fake_adapter
+from caching.adapters import fake_adapter
 from config.celery import app as celery_app
 from ctxadmin.telemetry import JsonFormatter
 from ctxadmin.testing.fake_embeddings import FakeEmbeddings

@@ -28,7 +28,7 @@ import pytest
 from django.test import RequestFactory
 from rest_framework.test import APIClient
 
-from caching.providers import fake_adapter
+from caching.adapters import fake_adapter
 from config.celery import app as celery_app
 from ctxadmin.telemetry import JsonFormatter
 from tests.conftest import make_operator, make_tenant

@@ -1,13 +1,14 @@
-"""Gemini explicit caching: ``cachedContents`` resources for the prefix-cache registry, and
-the ``generateContent`` call that reads one.
+"""Gemini explicit caching over plain HTTP: ``cachedContents`` resources (create, delete,
+update the TTL, find by display name) and the ``generateContent`` call that reads one.
 
-``GeminiCacheAdapter`` implements ``caching.adapters.CacheAdapter`` over plain HTTP with the
-providers' shared client. Each call is bounded by its ``timeout_s`` and its reply by a byte
-limit, and every failure is a ``ProviderError`` with the codes ``complete_json`` uses. A
-missing resource is told apart: Gemini answers a deleted, expired or unknown name with 403
-``CachedContent not found (or permission denied)`` (a 404 ``NOT_FOUND`` is read the same way),
-which ``delete`` reports as False and the other calls raise as ``CachedContentGone`` (code
-``provider_rejected``), never as an authentication failure.
+``GeminiCaches`` speaks the wire format with the providers' shared client (the registry's
+adapter, ``caching.adapters.GeminiCacheAdapter``, is built on it). Each call is bounded by
+its ``timeout_s`` and its reply by a byte limit, and every failure is a ``ProviderError``
+with the codes ``complete_json`` uses. A missing resource is told apart: Gemini answers a
+deleted, expired or unknown name with 403 ``CachedContent not found (or permission
+denied)`` (a 404 ``NOT_FOUND`` is read the same way), which ``delete`` reports as False and
+the other calls raise as ``CachedContentGone`` (code ``provider_rejected``), never as an
+authentication failure.
 
 The ``ctxadmin.providers`` logger gets one line per call (``cache_call`` or
 ``cache_call_failed``) with the operation, model, status, sizes, token count and duration
@@ -23,32 +24,28 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
-from django.conf import settings
 
-from caching.adapters import CachePrefix, CreatedResource
-from ctxadmin.env import Env
-from ctxadmin.providers.base import ProviderError, _validate_base_url
-from ctxadmin.providers.clients import (
-    _ERROR_BODY_BYTES,
-    _check_model,
-    _count,
-    _decode_envelope,
-    _enum_like,
-    _gemini_parse,
-    _read_capped,
-    _status_error,
+import ctxadmin.providers.gemini as gemini
+from ctxadmin.providers.base import ProviderError, validate_base_url
+from ctxadmin.providers.transport import (
+    decode_envelope,
+    elapsed_ms,
+    endpoint,
+    read_error_body,
+    read_provider_body,
+    shared_client,
+    status_error,
 )
-from ctxadmin.providers.transport import elapsed_ms, endpoint, shared_client
+from ctxadmin.providers.wire import check_model, count, enum_like
 
 logger = logging.getLogger("ctxadmin.providers")
 
-API_VERSION = "/v1beta"
 DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024
 DISPLAY_NAME_PREFIX = "ctxadmin-"
 MAX_DISPLAY_NAME = 128
@@ -69,6 +66,15 @@ class CachedContentGone(ProviderError):
 
     def __init__(self, *, status: int):
         super().__init__("provider_rejected", status=status, detail="cached_content_not_found")
+
+
+@dataclass(frozen=True)
+class CachedContent:
+    """What a create returned. ``name`` is private: never logged, serialised or shown."""
+
+    name: str = field(repr=False)
+    expires_at: datetime | None = None
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -124,8 +130,16 @@ def display_name(tag: str) -> str:
     return name
 
 
+def min_prefix_tokens(model: str) -> int:
+    """Gemini's smallest cacheable prefix; unknown models get the largest known minimum."""
+    model = model.removeprefix("models/")
+    if model.startswith("gemini-2.5"):
+        return 2048
+    return 4096
+
+
 def _model_resource(model: str) -> str:
-    model = _check_model(model)
+    model = check_model(model)
     return model if model.startswith("models/") else f"models/{model}"
 
 
@@ -152,11 +166,9 @@ def _bad(status: int, detail: str) -> ProviderError:
 
 def _names_missing_cache(response: httpx.Response) -> bool:
     """Whether a 403/404 says the resource is gone (and not that the key is refused)."""
-    body = b""
-    for chunk in response.iter_bytes():
-        body += chunk
-        if len(body) > _ERROR_BODY_BYTES:
-            return False
+    body = read_error_body(response)
+    if body is None:
+        return False
     try:
         error = json.loads(body)["error"]
         message = error.get("message")
@@ -168,7 +180,7 @@ def _names_missing_cache(response: httpx.Response) -> bool:
     return response.status_code == 404 and status == "NOT_FOUND"
 
 
-# --------------------------------------------------------------------------- the adapter
+# --------------------------------------------------------------------------- the client
 
 
 @dataclass(frozen=True)
@@ -207,10 +219,8 @@ def _call_log(operation: str, model: str | None) -> Iterator[dict[str, Any]]:
     logger.info("cache_call", extra={**fields, "duration_ms": elapsed_ms(started)})
 
 
-class GeminiCacheAdapter:
+class GeminiCaches:
     """Explicit caches of the Gemini API (``/v1beta/cachedContents``)."""
-
-    provider = "gemini"
 
     def __init__(
         self,
@@ -219,7 +229,7 @@ class GeminiCacheAdapter:
         *,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ):
-        _validate_base_url(base_url, where="CTXADMIN_GEMINI_BASE_URL")
+        validate_base_url(base_url, where="CTXADMIN_GEMINI_BASE_URL")
         if (
             not isinstance(max_response_bytes, int)
             or isinstance(max_response_bytes, bool)
@@ -230,42 +240,36 @@ class GeminiCacheAdapter:
         self._api_key = api_key or None
         self.max_response_bytes = max_response_bytes
 
-    @classmethod
-    def from_settings(cls) -> GeminiCacheAdapter:
-        """The adapter for ``CTXADMIN_GEMINI_BASE_URL``, with the key read now from
-        ``CTXADMIN_GEMINI_API_KEY`` (or ``_FILE``), else ``GEMINI_API_KEY``."""
-        env = Env()
-        key = env.secret("CTXADMIN_GEMINI_API_KEY") or env.secret("GEMINI_API_KEY")
-        return cls(settings.CTXADMIN_GEMINI_BASE_URL, key)
-
     def __repr__(self) -> str:
         host = urlsplit(self.base_url).hostname
         key = "set" if self._api_key else "unset"
         return f"{type(self).__name__}(host={host!r}, api_key={key})"
 
-    # ------------------------------------------------------------------ CacheAdapter
+    # ------------------------------------------------------------------ resources
 
-    def min_prefix_tokens(self, model: str) -> int:
-        """Gemini's smallest cacheable prefix; unknown models get the largest known minimum."""
-        model = model.removeprefix("models/")
-        if model.startswith("gemini-2.5"):
-            return 2048
-        return 4096
-
-    def create(
-        self, *, model: str, prefix: CachePrefix, ttl_ms: int, tag: str, timeout_s: float
-    ) -> CreatedResource:
-        """Create the resource. A timeout does not mean nothing was made: ``find(tag)``
-        returns resources whose create the caller gave up on."""
+    def create_cache(
+        self,
+        *,
+        model: str,
+        system_instruction: str | None,
+        contents: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        tool_config: dict[str, Any] | None,
+        ttl_ms: int,
+        tag: str,
+        timeout_s: float,
+    ) -> CachedContent:
+        """Create the resource, marked with ``tag``. A timeout does not mean nothing was
+        made: ``find(tag)`` returns resources whose create the caller gave up on."""
         body: dict[str, Any] = {"model": _model_resource(model)}
-        if prefix.system_instruction:
-            body["systemInstruction"] = {"parts": [{"text": prefix.system_instruction}]}
-        if prefix.contents:
-            body["contents"] = list(prefix.contents)
-        if prefix.tools:
-            body["tools"] = list(prefix.tools)
-        if prefix.tool_config is not None:
-            body["toolConfig"] = prefix.tool_config
+        if system_instruction:
+            body["systemInstruction"] = {"parts": [{"text": system_instruction}]}
+        if contents:
+            body["contents"] = list(contents)
+        if tools:
+            body["tools"] = list(tools)
+        if tool_config is not None:
+            body["toolConfig"] = tool_config
         body["ttl"] = duration(ttl_ms)
         body["displayName"] = display_name(tag)
         deadline = _deadline(timeout_s)
@@ -275,9 +279,9 @@ class GeminiCacheAdapter:
             if not isinstance(name, str) or not RESOURCE_NAME.fullmatch(name):
                 raise _bad(reply.status, "no valid resource name")
             usage = reply.body.get("usageMetadata")
-            cached = _count(usage.get("totalTokenCount")) if isinstance(usage, dict) else None
+            cached = count(usage.get("totalTokenCount")) if isinstance(usage, dict) else None
             fields["cached_tokens"] = cached
-        return CreatedResource(
+        return CachedContent(
             name=name,
             expires_at=parse_timestamp(reply.body.get("expireTime")),
             cached_tokens=cached,
@@ -354,7 +358,7 @@ class GeminiCacheAdapter:
         The system instruction, tools and tool config live in the cache: Gemini refuses a
         request that sends any of them beside ``cachedContent``, so none is sent.
         """
-        _check_model(model)
+        check_model(model)
         _resource_path(resource_name)
         if not isinstance(contents, list) or not contents:
             raise ValueError("contents must be a non-empty list")
@@ -369,15 +373,15 @@ class GeminiCacheAdapter:
             reply = self._send(
                 "POST", f"/models/{model_id}:generateContent", fields, deadline, body=body
             )
-            completion = _gemini_parse(reply.body, model)
+            completion = gemini.json_parse(reply.body, model)
             usage = reply.body.get("usageMetadata")
             usage = usage if isinstance(usage, dict) else {}
-            cached = _count(usage.get("cachedContentTokenCount"))
+            cached = count(usage.get("cachedContentTokenCount"))
             fields.update(
                 cached_tokens=cached,
                 input_tokens=completion.input_tokens,
                 output_tokens=completion.output_tokens,
-                finish_reason=_enum_like(completion.finish_reason),
+                finish_reason=enum_like(completion.finish_reason),
             )
         return CachedGeneration(
             text=completion.text,
@@ -417,7 +421,7 @@ class GeminiCacheAdapter:
         if self._api_key:
             headers["x-goog-api-key"] = self._api_key
         fields["request_bytes"] += len(payload)
-        url = endpoint(self.base_url, API_VERSION, path)
+        url = endpoint(self.base_url, gemini.API_VERSION, path)
         try:
             with shared_client().stream(
                 method,
@@ -432,10 +436,10 @@ class GeminiCacheAdapter:
                     if gone_ok:
                         return _Reply(status, {}, gone=True)
                     raise CachedContentGone(status=status)
-                failure = _status_error(response, "gemini")
+                failure = status_error(response, gemini.key_invalid)
                 if failure is not None:
                     raise failure
-                raw = _read_capped(response, self.max_response_bytes, deadline)
+                raw = read_provider_body(response, self.max_response_bytes, deadline)
         # ``from None``: httpx exceptions carry the request, whose URL names the resource.
         except httpx.TimeoutException:
             raise ProviderError("provider_timeout") from None
@@ -448,4 +452,4 @@ class GeminiCacheAdapter:
         fields["response_bytes"] += len(raw)
         if not decode:
             return _Reply(status, {})
-        return _Reply(status, _decode_envelope(raw, status))
+        return _Reply(status, decode_envelope(raw, status))

@@ -1,0 +1,63 @@
+"""Invalidation: a scope's generation is bumped (older leases resolve to ``lease_expired``)
+and the provider deletes of its entries are queued; a create in flight becomes an orphan
+when it lands."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import connection, transaction
+
+from caching.creators import CHANNEL
+from caching.keys import CacheScope
+from caching.models import CacheScope as ScopeRow
+from caching.status import scope_row
+from ctxadmin.models import App
+from ctxadmin.wake import wake
+
+logger = logging.getLogger("ctxadmin.cache")
+
+
+def invalidate(app: App, target: CacheScope | str, reason: str = "invalidated") -> dict:
+    """Bump the scope's generation (older leases resolve to ``lease_expired``) and queue the
+    provider deletes of its entries; a create in flight becomes an orphan when it lands."""
+    row = scope_row(app, target)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE caching_cachescope SET generation = generation + 1, invalidated_at = now() "
+            "WHERE id = %s RETURNING generation",
+            [row.pk],
+        )
+        generation = cursor.fetchone()[0]
+        cursor.execute(
+            "UPDATE caching_cacheentry SET state = 'deleting', delete_reason = %s, "
+            "delete_due_at = now() WHERE scope_id = %s AND state = 'active'",
+            [reason, row.pk],
+        )
+        retired = cursor.rowcount
+        cursor.execute(
+            "SELECT count(*) FROM caching_cacheentry WHERE scope_id = %s AND state = 'creating'",
+            [row.pk],
+        )
+        in_flight = cursor.fetchone()[0]
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, "invalidate"])
+        wake("caching.cleanup")
+    logger.info(
+        "cache_invalidate",
+        extra={"app": app.name, "scope": row.fingerprint[:16], "entries": retired},
+    )
+    return {
+        "scope_fingerprint": row.fingerprint,
+        "generation": generation,
+        "entries_invalidated": retired,
+        "creates_in_flight": in_flight,
+    }
+
+
+def invalidate_all(app: App | None = None, reason: str = "shutdown") -> int:
+    """Invalidate every scope (of ``app``, or of the deployment); the entries retired."""
+    scopes = ScopeRow.objects.all() if app is None else ScopeRow.objects.filter(app=app)
+    total = 0
+    for row in scopes.select_related("app").iterator():
+        total += invalidate(row.app, row.fingerprint, reason)["entries_invalidated"]
+    return total
