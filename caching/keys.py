@@ -204,7 +204,7 @@ def check_sensitive(body: Any) -> None:
             )
 
 
-def parse_policy(raw: Any, limits: Limits, path: str = "scope.policy") -> CachePolicy:
+def parse_cache_policy(raw: Any, limits: Limits, path: str = "scope.policy") -> CachePolicy:
     raw = {} if raw is None else raw
     sensitive = secret_key_path(raw, path)
     if sensitive:
@@ -291,7 +291,7 @@ def parse_scope(raw: Any, app: str, limits: Limits, path: str = "scope") -> Cach
         app=app,
         user_id=user_id,
         model=model.removeprefix("models/"),
-        policy=parse_policy(raw.get("policy"), limits, f"{path}.policy"),
+        policy=parse_cache_policy(raw.get("policy"), limits, f"{path}.policy"),
     )
 
 

@@ -15,8 +15,7 @@ import uuid
 from django.conf import settings
 
 from ctxadmin.canonical import canonical_size
-from ctxadmin.providers.base import ProviderError
-from ctxadmin.providers.generate import Generation
+from ctxadmin.providers.base import Generation, ProviderError
 
 
 def generate(

@@ -17,7 +17,7 @@ from ctxadmin.errors import ServiceError, invalid, strict_object
 from ctxadmin.providers.base import UnknownConnection, get_connection
 from ctxadmin.pruning import echoed
 from memory import inputs as memory_inputs
-from sessions_app.context.policy import ContextPolicy, PolicyError, parse_policy
+from sessions_app.context.policy import ContextPolicy, PolicyError, parse_context_policy
 from sessions_app.events import EventError, validate_content
 from sessions_app.services import event_limits
 
@@ -121,7 +121,7 @@ def parse_context_request(body: Any) -> ContextRequest:
                 "tools", f"must be at most {MAX_TOOLS} declarations and {MAX_TOOLS_BYTES} bytes"
             )
     try:
-        policy = parse_policy(body.get("policy"))
+        policy = parse_context_policy(body.get("policy"))
     except PolicyError as exc:
         raise invalid(exc.path, exc.message) from None
     memory = memory_retrieval(body["memory"]) if body.get("memory") is not None else None

@@ -74,7 +74,7 @@ _SECONDS = _mostly(None, *(BASE + s for s in range(0, 41, 5)))
 
 
 def policies(overflows=("truncate",)):
-    """Every filter and budget a policy can set (``parse_policy`` is tested separately)."""
+    """Every filter and budget a policy can set (``parse_context_policy`` is tested separately)."""
     return st.builds(
         ContextPolicy,
         authors=_mostly(

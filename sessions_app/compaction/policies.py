@@ -12,8 +12,12 @@ from django.conf import settings
 
 from ctxadmin.errors import invalid
 from ctxadmin.models import App
-from sessions_app.compaction.policy import DEFAULT_POLICY, CompactionPolicy, PolicyError
-from sessions_app.compaction.policy import parse_policy as parse_compaction_policy
+from sessions_app.compaction.policy import (
+    DEFAULT_POLICY,
+    CompactionPolicy,
+    PolicyError,
+    parse_compaction_policy,
+)
 from sessions_app.models import AppCompactionPolicy, Session
 
 
@@ -21,7 +25,9 @@ def _connections() -> frozenset[str]:
     return frozenset(settings.CTXADMIN_PROVIDERS)
 
 
-def parse_policy(body: Any, base: CompactionPolicy | None = None) -> CompactionPolicy:
+def validate_compaction_policy(body: Any, base: CompactionPolicy | None = None) -> CompactionPolicy:
+    """A client's policy body, checked against the provider connections settings define; a
+    bad one is a 400 naming its field."""
     try:
         return parse_compaction_policy(body, connections=_connections(), base=base)
     except PolicyError as exc:
@@ -50,7 +56,7 @@ def effective_policy(session: Session) -> tuple[CompactionPolicy, str]:
 
 
 def set_app_policy(app: App, body: Any) -> CompactionPolicy:
-    policy = parse_policy(body)
+    policy = validate_compaction_policy(body)
     AppCompactionPolicy.objects.update_or_create(app=app, defaults={"policy": policy.as_dict()})
     return policy
 
@@ -60,7 +66,7 @@ def clear_app_policy(app: App) -> None:
 
 
 def set_session_policy(session: Session, body: Any) -> CompactionPolicy:
-    policy = parse_policy(body)
+    policy = validate_compaction_policy(body)
     Session.objects.filter(pk=session.pk).update(compaction_policy=policy.as_dict())
     session.compaction_policy = policy.as_dict()
     return policy

@@ -1,7 +1,7 @@
 """The compaction policy (pure; no Django import).
 
 One app default, optionally overridden per session (the override replaces the default
-whole). ``parse_policy`` validates strictly: an unknown key, a zero or negative value, no
+whole). ``parse_compaction_policy`` validates strictly: an unknown key, a zero or negative value, no
 trigger enabled, ``retain_recent_exchanges`` above ``max_input_events`` or
 ``overlap_size >= compaction_interval`` raise ``PolicyError`` naming the field.
 
@@ -169,7 +169,7 @@ def _summarizer(value: Any, connections: frozenset[str] | None) -> SummarizerSpe
     return SummarizerSpec(kind, connection, model, max_output)
 
 
-def parse_policy(
+def parse_compaction_policy(
     body: Any, *, connections: frozenset[str] | None = None, base: CompactionPolicy | None = None
 ) -> CompactionPolicy:
     """A policy from ``body``; missing fields take ``base``'s values (the defaults when

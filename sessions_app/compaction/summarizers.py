@@ -22,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ctxadmin import providers
 from ctxadmin.providers import ProviderConnection, ProviderError, UnknownConnection
+from ctxadmin.providers.clients import strip_json_fence
 from ctxadmin.pruning import looks_like_secret
 from sessions_app.compaction import extractive, summary
 from sessions_app.compaction.model import (
@@ -143,8 +144,6 @@ def parse_reply(text: str) -> Any:
 
 
 def _unfenced(text: str) -> str:
-    from ctxadmin.providers.clients import strip_json_fence
-
     return strip_json_fence(text)
 
 

@@ -1,6 +1,6 @@
 """The context policy: filters, budgets and overflow (pure; no Django import).
 
-``parse_policy`` validates a client policy strictly (an unknown key or a bad value raises
+``parse_context_policy`` validates a client policy strictly (an unknown key or a bad value raises
 ``PolicyError`` naming it) before any event is read.
 
     {"filters": {"authors": {"include": [...] | ["all"], "exclude": [...]},
@@ -155,7 +155,7 @@ def _positive(value: Any, path: str) -> int:
     return value
 
 
-def parse_policy(raw: Any, path: str = "policy") -> ContextPolicy:
+def parse_context_policy(raw: Any, path: str = "policy") -> ContextPolicy:
     if raw is None:
         return ContextPolicy()
     raw = _object(raw, path, {"filters", "budgets", "overflow"})

@@ -21,7 +21,7 @@ from sessions_app.compaction.model import (
     units,
 )
 from sessions_app.compaction.planning import Plan
-from sessions_app.compaction.policy import CompactionPolicy, PolicyError, parse_policy
+from sessions_app.compaction.policy import CompactionPolicy, PolicyError, parse_compaction_policy
 from sessions_app.compaction.summary import (
     SummaryInvalid,
     validate_summary,
@@ -67,9 +67,9 @@ def conversation(count: int) -> list:
 
 class TestPolicy:
     def test_defaults_and_round_trip(self):
-        policy = parse_policy({})
+        policy = parse_compaction_policy({})
         assert policy.token_threshold == 8000 and policy.summarizer.kind == "extractive"
-        assert parse_policy(policy.as_dict()) == policy
+        assert parse_compaction_policy(policy.as_dict()) == policy
 
     @pytest.mark.parametrize(
         ("body", "path"),
@@ -92,14 +92,16 @@ class TestPolicy:
     )
     def test_invalid_policies_name_the_problem(self, body, path):
         with pytest.raises(PolicyError) as error:
-            parse_policy(body)
+            parse_compaction_policy(body)
         assert error.value.path == path
 
     def test_a_summarizer_must_name_a_configured_connection(self):
         body = {"summarizer": {"kind": "gemini", "connection": "g", "model": "gemini-2.5-flash"}}
-        assert parse_policy(body, connections=frozenset({"g"})).summarizer.connection == "g"
+        assert (
+            parse_compaction_policy(body, connections=frozenset({"g"})).summarizer.connection == "g"
+        )
         with pytest.raises(PolicyError):
-            parse_policy(body, connections=frozenset())
+            parse_compaction_policy(body, connections=frozenset())
 
 
 class TestDecide:
