@@ -8,7 +8,7 @@ replace an echoed client string it flags.
 
 What it finds (a curated set of patterns compiled once; ``tests/secret_tables.py`` holds the
 corpus of credential texts and of ordinary texts that must pass, which
-``tests/test_secret_detectors.py`` runs):
+``tests/ctxadmin/test_secret_detectors.py`` runs):
 
 - a credential name assigned a value, in any of the usual notations: ``api_key=…``,
   ``"api_key": "…"``, ``'password' => '…'``, ``DB_PASSWORD: …``, ``--password …``,

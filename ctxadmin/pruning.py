@@ -29,7 +29,7 @@ is secret when its words hold:
   ``x-ratelimit-remaining-tokens``).
 
 Ordinary keys must survive (``tests/secret_tables.py`` holds both tables, which
-``tests/test_secret_detectors.py`` and ``tests/test_secrets_never_leak.py`` run): words are
+``tests/ctxadmin/test_secret_detectors.py`` and ``tests/service/leaks/test_secrets_never_leak.py`` run): words are
 whole, so ``author``, ``authority``, ``keyword``, ``monkey``, ``passage``, ``passport``,
 ``passenger``, ``secretary``, ``tokenizer``, ``oauth`` are not credential words. Decided
 borderline cases:

@@ -1,5 +1,5 @@
 """OpenAPI component schemas of the prefix-cache API (validated against real responses in
-``tests/test_cache_api.py``)."""
+``tests/caching/test_cache_api.py``)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Events and context requests are validated by the pure validators in ``sessions_app.events``
 and ``sessions_app.context.policy`` (fast enough for 500-event batches); these schemas
-document the same shapes. ``tests/test_sessions_schema.py`` validates real requests and
+document the same shapes. ``tests/sessions_app/test_sessions_schema.py`` validates real requests and
 responses against them so the two cannot drift apart.
 """
 

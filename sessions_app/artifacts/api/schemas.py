@@ -1,5 +1,5 @@
 """OpenAPI component schemas of the artifact API (validated against real requests and
-responses in ``tests/test_artifacts.py``)."""
+responses in ``tests/sessions_app/test_artifacts.py``)."""
 
 from __future__ import annotations
 
