@@ -29,9 +29,10 @@ is secret when its words hold:
   ``x-ratelimit-remaining-tokens``).
 
 Ordinary keys must survive (``tests/secret_tables.py`` holds both tables, which
-``tests/ctxadmin/test_secret_detectors.py`` and ``tests/service/leaks/test_secrets_never_leak.py`` run): words are
-whole, so ``author``, ``authority``, ``keyword``, ``monkey``, ``passage``, ``passport``,
-``passenger``, ``secretary``, ``tokenizer``, ``oauth`` are not credential words. Decided
+``tests/ctxadmin/test_secret_detectors.py`` and
+``tests/service/leaks/test_secrets_never_leak.py`` run): words are whole, so ``author``,
+``authority``, ``keyword``, ``monkey``, ``passage``, ``passport``, ``passenger``,
+``secretary``, ``tokenizer``, ``oauth`` are not credential words. Decided
 borderline cases:
 
 - pruned: ``auth_config``, ``requested_auth_configs`` (ADK's auth configs hold raw and
