@@ -128,6 +128,24 @@ def stale_head_error(expected, current) -> ServiceError:
     )
 
 
+def _start_now(session: Session, origin: str, policy) -> Checkpoint:
+    """A run of ``origin`` started in this request (status ``running``, its own key as its
+    compaction id), replacing an unclaimed automatic check; IntegrityError when another
+    compaction of the session is pending or running."""
+    with transaction.atomic():
+        _take_over_pending_check(session.pk)
+        key = uuid.uuid4()
+        return Checkpoint.objects.create(
+            id=key,
+            app_id=session.app_id,
+            compaction_id=key,
+            session=session,
+            status=Checkpoint.RUNNING,
+            origin=origin,
+            policy=policy.as_dict(),
+        )
+
+
 def run_overflow(
     session: Session, current_input_tokens: int, history_limit_bytes: int | None = None
 ) -> Checkpoint:
@@ -135,18 +153,7 @@ def run_overflow(
     aiming the summary at what the rest of the history leaves of its budget."""
     policy, _source = effective_policy(session)
     try:
-        with transaction.atomic():
-            _take_over_pending_check(session.pk)
-            key = uuid.uuid4()
-            row = Checkpoint.objects.create(
-                id=key,
-                app_id=session.app_id,
-                compaction_id=key,
-                session=session,
-                status=Checkpoint.RUNNING,
-                origin="overflow",
-                policy=policy.as_dict(),
-            )
+        row = _start_now(session, "overflow", policy)
     except IntegrityError:
         raise in_progress_error(session) from None
     return execute(
@@ -164,18 +171,7 @@ def run_pre_request(session: Session, current_input_tokens: int) -> Checkpoint |
     (the automatic limits and backoff apply), or None when one is in flight already."""
     policy, _source = effective_policy(session)
     try:
-        with transaction.atomic():
-            _take_over_pending_check(session.pk)
-            key = uuid.uuid4()
-            row = Checkpoint.objects.create(
-                id=key,
-                app_id=session.app_id,
-                compaction_id=key,
-                session=session,
-                status=Checkpoint.RUNNING,
-                origin="automatic",
-                policy=policy.as_dict(),
-            )
+        row = _start_now(session, "automatic", policy)
     except IntegrityError:
         return None
     return execute(row, session, policy, current_input_tokens=current_input_tokens)
