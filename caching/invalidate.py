@@ -5,6 +5,7 @@ when it lands."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
@@ -61,3 +62,28 @@ def invalidate_all(app: App | None = None, reason: str = "shutdown") -> int:
     for row in scopes.select_related("app").iterator():
         total += invalidate(row.app, row.fingerprint, reason)["entries_invalidated"]
     return total
+
+
+@dataclass(frozen=True)
+class NamedInvalidation:
+    """What ``invalidate_named`` did: ``mismatch`` names the part of the name that did not
+    match (nothing changed), else the scope's model and provider and the invalidation."""
+
+    mismatch: str | None
+    model: str = ""
+    provider: str = ""
+    result: dict = field(default_factory=dict)
+
+
+def invalidate_named(app: App, user_id: str, model: str, fingerprint: str) -> NamedInvalidation:
+    """Invalidate the scope ``fingerprint`` of ``app`` only if it is (``user_id``,
+    ``model``)'s. The scope is locked, so it cannot change between the comparison and the
+    invalidation."""
+    with transaction.atomic():
+        row = ScopeRow.objects.select_for_update().filter(app=app, fingerprint=fingerprint).first()
+        if row is None or row.user_id != user_id:
+            return NamedInvalidation("scope_fingerprint")
+        if row.model != model:
+            return NamedInvalidation("model")
+        result = invalidate(app, row.fingerprint)
+    return NamedInvalidation(None, row.model, row.provider, result)

@@ -105,3 +105,8 @@ def entry_sizes_in_scope(app: App, user_id: str, ids: list[str]) -> dict[str, tu
             [app.pk, user_id, ids],
         )
         return {row[0]: row[1:] for row in cursor.fetchall()}
+
+
+def outbox_job(job_id) -> OutboxJob | None:
+    """An outbox job of any app, with its app (the operator's command names jobs by id)."""
+    return OutboxJob.objects.select_related("app").filter(pk=job_id).first()

@@ -16,10 +16,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count, Sum
 
-from caching.models import STATES as CACHE_STATES
-from caching.models import CacheEntry
+from caching import selectors as caching
 from memory import selectors as memory
 from sessions_app import selectors as sessions
 
@@ -35,16 +33,6 @@ def _window(hours: int) -> tuple[datetime, list[datetime]]:
     return now, [hour - timedelta(hours=hours - 1 - i) for i in range(hours)]
 
 
-def cache_entries() -> dict:
-    rows = CacheEntry.objects.values_list("state").annotate(n=Count("*"), hits=Sum("hits"))
-    by_state = {state: 0 for state in CACHE_STATES}
-    hits = 0
-    for state, n, state_hits in rows:
-        by_state[state] = n
-        hits += state_hits or 0
-    return {"by_state": by_state, "hits_on_entries": hits}
-
-
 def dashboard(hours: int = WINDOW_HOURS) -> dict:
     """Everything the dashboard shows, as plain numbers and times."""
     now, slots = _window(hours)
@@ -55,7 +43,7 @@ def dashboard(hours: int = WINDOW_HOURS) -> dict:
         "compactions": sessions.compactions_per_hour(slots),
         "invocations": sessions.invocations_per_hour(slots),
         "outbox": memory.outbox_summary(now, slots),
-        "cache_entries": cache_entries(),
+        "cache_entries": caching.entries_by_state(),
         "memory": memory.memory_per_app(),
         "searches": memory.searches_per_hour(slots),
     }

@@ -13,13 +13,13 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
 
 from caching import registry
-from caching.models import CacheScope
+from caching import selectors as caching
+from caching.invalidate import invalidate_named
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_size
 from ctxadmin.errors import ServiceError, invalid, not_found
@@ -35,7 +35,9 @@ from runner.context import build_context
 from runner.inputs import ContextRequest
 from sessions_app import selectors as sessions
 from sessions_app.context.policy import ContextPolicy
-from sessions_app.models import Checkpoint, Session
+
+if TYPE_CHECKING:
+    from sessions_app.models import Checkpoint, Session
 
 logger = logging.getLogger("console.diagnostics")
 
@@ -236,8 +238,8 @@ def model_from_query(query) -> str | None:
     return parse_model(given[0])
 
 
-def _scope_counts(app: App, row: CacheScope) -> dict:
-    status = registry.scope_status(app, row.fingerprint)
+def _scope_counts(app: App, fingerprint: str) -> dict:
+    status = registry.scope_status(app, fingerprint)
     return {
         "scope_fingerprint": status["scope_fingerprint"],
         "provider": status["provider"],
@@ -258,11 +260,8 @@ def _scope_counts(app: App, row: CacheScope) -> dict:
 def cache_report(app: App, user_id: str, model: str) -> dict:
     """Every cache scope of (app, user, model), whatever its provider and policy, newest
     first; ``scope_fingerprint`` names the newest (the only one, usually)."""
-    rows = CacheScope.objects.filter(app=app, user_id=user_id, model=model).order_by(
-        "-created_at", "-id"
-    )
-    total = rows.count()
-    scopes = [_scope_counts(app, row) for row in rows[:MAX_LIFECYCLE_SCOPES]]
+    total, fingerprints = caching.scope_fingerprints(app, user_id, model, MAX_LIFECYCLE_SCOPES)
+    scopes = [_scope_counts(app, fingerprint) for fingerprint in fingerprints]
     return {
         "model": model,
         "scope_fingerprint": scopes[0]["scope_fingerprint"] if scopes else None,
@@ -346,32 +345,23 @@ def invalidate_confirmed(session: Session, confirmation: Confirmation, actor: st
         if getattr(confirmation, field) != expected:
             raise _mismatch(field)
     model = confirmation.model.removeprefix("models/")
-    with transaction.atomic():
-        # Locked, so the scope cannot change between the comparison and the invalidation.
-        row = (
-            CacheScope.objects.select_for_update()
-            .filter(app=app, fingerprint=confirmation.scope_fingerprint)
-            .first()
-        )
-        if row is None or row.user_id != session.user_id:
-            raise _mismatch("scope_fingerprint")
-        if row.model != model:
-            raise _mismatch("model")
-        result = registry.invalidate(app, row.fingerprint)
+    done = invalidate_named(app, session.user_id, model, confirmation.scope_fingerprint)
+    if done.mismatch is not None:
+        raise _mismatch(done.mismatch)
     logger.info(
         "diagnostics_cache_invalidate",
         extra={
             "app": app.name,
-            "scope": row.fingerprint[:16],
+            "scope": confirmation.scope_fingerprint[:16],
             "actor": actor,
-            "entries": result["entries_invalidated"],
+            "entries": done.result["entries_invalidated"],
         },
     )
     return {
         **_identifiers(session),
-        "model": row.model,
-        "provider": row.provider,
-        **result,
+        "model": done.model,
+        "provider": done.provider,
+        **done.result,
     }
 
 

@@ -10,6 +10,7 @@ outbox prune                delete ended jobs past the retention period, in batc
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -18,15 +19,19 @@ from console.diagnostics.cli import app_named, dumps, run
 from ctxadmin.batches import in_batches
 from ctxadmin.errors import not_found, uuid_or_404
 from ctxadmin.models import App
-from memory.models import OutboxJob
+from memory import selectors as memory_selectors
 from memory.outbox import operations
 
 MAX_PRUNE_BATCH = 100_000
 
 
+if TYPE_CHECKING:
+    from memory.models import OutboxJob
+
+
 def _job(job_id: str) -> OutboxJob:
     def find():
-        job = OutboxJob.objects.select_related("app").filter(pk=uuid_or_404(job_id)).first()
+        job = memory_selectors.outbox_job(uuid_or_404(job_id))
         if job is None:
             raise not_found()
         return job
