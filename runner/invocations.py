@@ -23,8 +23,6 @@ import logging
 import time
 
 from django.conf import settings
-from django.db import IntegrityError
-from django.utils import timezone
 
 from caching import keys as cache_keys
 from caching import registry as cache_registry
@@ -35,9 +33,10 @@ from ctxadmin.providers.base import ProviderError, get_connection
 from memory.outbox import admission as outbox_admission
 from runner import context, fake_model
 from runner.inputs import InvocationRequest
+from sessions_app import invocation_records as records
 from sessions_app import services
 from sessions_app.compaction import policies, requests
-from sessions_app.models import Checkpoint, Event, Invocation, Session
+from sessions_app.models import Checkpoint, Invocation, Session
 
 logger = logging.getLogger("ctxadmin.invocations")
 
@@ -57,16 +56,14 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
     """(the response, whether this call ran it: False when it answers a stored result)."""
     started = time.monotonic()
     deadline = started + request.deadline_ms / 1000
-    try:
-        row = Invocation.objects.create(
-            session=session,
-            invocation_id=request.invocation_id,
-            status=Invocation.RUNNING,
-            provider=request.agent.provider,
-            model=request.agent.model,
-            request_fingerprint=request.fingerprint,
-        )
-    except IntegrityError:
+    row = records.start(
+        session,
+        request.invocation_id,
+        request.agent.provider,
+        request.agent.model,
+        request.fingerprint,
+    )
+    if row is None:
         return _replay(session, request), False
     input_event_id = f"{request.invocation_id}.input"
     try:
@@ -140,19 +137,13 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
         row.input_tokens, row.output_tokens = generation.input_tokens, generation.output_tokens
         row.cached_tokens = generation.cached_tokens
         # The turn is complete: the append queued an automatic compaction check if due.
-        queued = (
-            Checkpoint.objects.filter(session=session, status__in=("pending", "running"))
-            .values_list("id", flat=True)
-            .first()
-            if policy.automatic
-            else None
-        )
+        queued = records.queued_compaction(session) if policy.automatic else None
         # 5. Ingestion.
         ingestion = _ingest(app, user_id, session, request.ingestion)
         if ingestion.get("job_id"):
             row.ingestion_job_id = ingestion["job_id"]
     except ProviderError as exc:
-        _finish(row, started, Invocation.FAILED, exc.code)
+        records.finish(row, started, Invocation.FAILED, exc.code)
         raise ServiceError(
             exc.code,
             "The model provider did not produce a usable answer; the input is stored.",
@@ -165,14 +156,14 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
     except ServiceError as exc:
         if not row.input_event_id:
             # Refused before anything was stored: the same id may be sent again.
-            row.delete()
+            records.forget(row)
             raise
-        _finish(row, started, Invocation.FAILED, exc.code)
+        records.finish(row, started, Invocation.FAILED, exc.code)
         raise
     except BaseException:
-        _finish(row, started, Invocation.FAILED, "internal_error")
+        records.finish(row, started, Invocation.FAILED, "internal_error")
         raise
-    _finish(row, started, Invocation.COMPLETED, "")
+    records.finish(row, started, Invocation.COMPLETED, "")
     response = _response(row, generation.parts, cache, ingestion, built.accounting)
     response["compaction"]["queued_id"] = str(queued) if queued else None
     logger.info(
@@ -188,14 +179,6 @@ def run(app: App, user_id: str, session: Session, request: InvocationRequest) ->
         },
     )
     return response, True
-
-
-def _finish(row: Invocation, started: float, status: str, code: str) -> None:
-    row.status = status
-    row.error_code = code
-    row.total_ms = round((time.monotonic() - started) * 1000, 3)
-    row.completed_at = timezone.now()
-    row.save()
 
 
 def _context(session: Session, request: InvocationRequest, deadline: float):
@@ -358,7 +341,7 @@ def _response(row: Invocation, parts, cache: dict, ingestion: dict, accounting: 
 
 
 def _replay(session: Session, request: InvocationRequest) -> dict:
-    row = Invocation.objects.get(session=session, invocation_id=request.invocation_id)
+    row = records.stored(session, request.invocation_id)
     if row.request_fingerprint != request.fingerprint:
         raise ServiceError(
             "invocation_conflict",
@@ -375,11 +358,7 @@ def _replay(session: Session, request: InvocationRequest) -> dict:
             status_code=409,
             details={"invocation_id": request.invocation_id, "error_code": row.error_code},
         )
-    parts: list = []
-    for content in Event.objects.filter(
-        session=session, event_id__in=row.output_event_ids
-    ).values_list("content", flat=True):
-        parts.extend((content or {}).get("parts", []))
+    parts = records.output_parts(session, row)
     cache = {"status": row.cache_status, "cached_tokens": row.cached_tokens}
     if row.cache_reason:
         cache["reason"] = row.cache_reason
