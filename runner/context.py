@@ -3,14 +3,11 @@ select, read only the selected content, prune, assemble, fingerprint, account.""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
-from itertools import starmap
 
 from django.conf import settings
-from django.db import connection
 
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError
@@ -23,9 +20,6 @@ from sessions_app.context import envelope as env
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.context.select import EventMeta, Overflow, select_history
 from sessions_app.events import (
-    COMPACTION,
-    MODEL_CONTENT,
-    TEXT,
     estimate_tokens,
 )
 from sessions_app.models import Session
@@ -93,7 +87,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
         )
 
     room = request_limit - fixed_total
-    history_view = read_history(session.pk, policy)
+    history_view = history.read_history(session.pk, policy)
     compaction_id = None
     try:
         selection = _select(history_view, policy, room)
@@ -123,7 +117,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
                     "limit_bytes": overflow.limit_bytes,
                 },
             ) from None
-        history_view = read_history(session.pk, policy)
+        history_view = history.read_history(session.pk, policy)
         try:
             selection = _select(history_view, policy, room)
         except Overflow as still:
@@ -131,15 +125,15 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
             raise _overflow_error(still, policy, compaction_id) from None
 
     metas = history_view.metas
-    history = _history(session, [metas[i] for i in selection.indices], history_view)
-    envelope_json = env.assemble(parts, history)
+    items = _history(session, [metas[i] for i in selection.indices], history_view)
+    envelope_json = env.assemble(parts, items)
     fingerprint = env.envelope_fingerprint(envelope_json)
     accounting = env.accounting(
-        sizes, selection.history_bytes, len(history), policy.bytes_per_token
+        sizes, selection.history_bytes, len(items), policy.bytes_per_token
     )
     counts = {
         "input": selection.input_events,
-        "selected": len(history),
+        "selected": len(items),
         "dropped": selection.dropped,
         "dropped_by_filter": selection.dropped_by_filter,
         "dropped_by_budget": selection.dropped_by_budget,
@@ -187,48 +181,7 @@ class BuiltContext:
         )
 
 
-@dataclass(frozen=True)
-class HistoryView:
-    """What selection reads: event metadata outside the visible checkpoints, with each
-    checkpoint as one entry where its range begins, and calls restored for responses whose
-    call was compacted."""
-
-    metas: list[EventMeta]
-    checkpoints: dict[float, list[str]]  # entry seq -> its history items (canonical JSON)
-    hidden: int  # events hidden by compaction
-    restored: int
-
-
-def read_history(session_pk: int, policy: ContextPolicy) -> HistoryView:
-    visible = history.visible_checkpoints(session_pk)
-    ranges = [(v.view.first_seq, v.view.last_seq) for v in visible]
-    metas = event_metas(session_pk, policy, ranges)
-    if not visible:
-        return HistoryView(metas, {}, 0, 0)
-    restored = _restored_calls(session_pk, policy, metas, ranges)
-    checkpoints: dict[float, list[str]] = {}
-    for v in visible:
-        position = v.view.first_seq - 0.5
-        items = [canonical_json(item).decode("utf-8") for item in json.loads(v.items_json)]
-        checkpoints[position] = items
-        metas.append(
-            EventMeta(
-                seq=position,
-                kinds=TEXT | MODEL_CONTENT,
-                call_ids=None,
-                response_ids=None,
-                context_bytes=v.items_bytes + env.FRAMING_PER_ITEM_BYTES * (v.item_count - 1),
-                checkpoint=True,
-            )
-        )
-    metas.extend(restored)
-    metas.sort(key=lambda meta: meta.seq)
-    return HistoryView(
-        metas, checkpoints, _hidden_count(session_pk, ranges) - len(restored), len(restored)
-    )
-
-
-def _select(view: HistoryView, policy: ContextPolicy, room: int):
+def _select(view: history.HistoryView, policy: ContextPolicy, room: int):
     return select_history(
         view.metas, policy, request_room_bytes=room, framing_per_item=env.FRAMING_PER_ITEM_BYTES
     )
@@ -248,89 +201,15 @@ def _overflow_error(overflow: Overflow, policy: ContextPolicy, compaction_id: st
     return error
 
 
-def _meta_columns(policy: ContextPolicy) -> list[str]:
-    columns = ["seq", "kinds", "call_ids", "response_ids", "context_bytes"]
-    if policy.filters_on_identity or policy.filters_on_time:
-        columns += ["author", "invocation_id"]
-    if policy.filters_on_time:
-        columns.append("date_part('epoch', timestamp)")
-    return columns
-
-
-def event_metas(
-    session_pk: int, policy: ContextPolicy, hidden: list[tuple[int, int]] | None = None
-) -> list[EventMeta]:
-    """Every visible event's selection metadata, never content. Authors, invocation ids and
-    times are read only when the policy filters on them: per-value decoding is most of the
-    cost. Compaction events and events inside ``hidden`` ranges are left out."""
-    condition, params = history.uncovered_sql(hidden or [])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(_meta_columns(policy))} FROM sessions_app_event "  # noqa: S608
-            f"WHERE session_id = %s AND kinds & %s = 0 AND {condition} ORDER BY seq",
-            [session_pk, COMPACTION, *params],
-        )
-        return list(starmap(EventMeta, cursor.fetchall()))
-
-
-def _restored_calls(
-    session_pk: int, policy: ContextPolicy, metas: list[EventMeta], ranges: list[tuple[int, int]]
-) -> list[EventMeta]:
-    """A response whose call was compacted away gets its call back (a model must never see
-    a response without its call)."""
-    calls = {call for meta in metas for call in meta.call_ids or ()}
-    orphans = sorted(
-        {answer for meta in metas for answer in meta.response_ids or () if answer not in calls}
-    )
-    if not orphans:
-        return []
-    condition, params = history.uncovered_sql(ranges)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(_meta_columns(policy))} FROM sessions_app_event "  # noqa: S608
-            f"WHERE session_id = %s AND call_ids && %s::varchar[] AND NOT {condition} "
-            "ORDER BY seq",
-            [session_pk, orphans, *params],
-        )
-        return list(starmap(EventMeta, cursor.fetchall()))
-
-
-def _hidden_count(session_pk: int, ranges: list[tuple[int, int]]) -> int:
-    condition, params = history.uncovered_sql(ranges)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM sessions_app_event "  # noqa: S608
-            f"WHERE session_id = %s AND kinds & %s = 0 AND NOT {condition}",
-            [session_pk, COMPACTION, *params],
-        )
-        return cursor.fetchone()[0]
-
-
-def _history(session: Session, selected: list[EventMeta], view: HistoryView) -> list[str]:
+def _history(session: Session, selected: list[EventMeta], view: history.HistoryView) -> list[str]:
     """The selected entries' history items: checkpoints' from the view, events' from their
-    precomputed items (a range scan when dense, by key when sparse)."""
+    precomputed items."""
     seqs = [meta.seq for meta in selected if not meta.checkpoint]
-    items: dict[int, str] = {}
-    if seqs:
-        with connection.cursor() as cursor:
-            if len(seqs) * 2 >= seqs[-1] - seqs[0] + 1:
-                cursor.execute(
-                    "SELECT seq, context_json FROM sessions_app_event "
-                    "WHERE session_id = %s AND seq BETWEEN %s AND %s",
-                    [session.pk, seqs[0], seqs[-1]],
-                )
-            else:
-                cursor.execute(
-                    "SELECT seq, context_json FROM sessions_app_event "
-                    "WHERE session_id = %s AND seq = ANY(%s)",
-                    [session.pk, seqs],
-                )
-            wanted = set(seqs)
-            items = {seq: item for seq, item in cursor.fetchall() if seq in wanted}
-    history: list[str] = []
+    items = history.context_items(session.pk, seqs)
+    entries: list[str] = []
     for meta in selected:
         if meta.checkpoint:
-            history.extend(view.checkpoints[meta.seq])
+            entries.extend(view.checkpoints[meta.seq])
         else:
-            history.append(items[meta.seq])
-    return history
+            entries.append(items[meta.seq])
+    return entries

@@ -7,14 +7,20 @@ reads it here, so what counts as visible is written once.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from itertools import starmap
 
 from django.db import connection
 
+from ctxadmin.canonical import canonical_json
 from sessions_app import store
 from sessions_app.compaction import model
 from sessions_app.compaction.policy import CompactionPolicy
-from sessions_app.events import COMPACTION
+from sessions_app.context import envelope as env
+from sessions_app.context.policy import ContextPolicy
+from sessions_app.context.select import EventMeta
+from sessions_app.events import COMPACTION, MODEL_CONTENT, TEXT
 from sessions_app.models import Checkpoint
 
 
@@ -187,3 +193,127 @@ def compaction_ids(keys) -> dict[str, str]:
             "id", "compaction_id"
         )
     }
+
+
+# ----------------------------------------------------------------------------- for a context build
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """What selection reads: event metadata outside the visible checkpoints, with each
+    checkpoint as one entry where its range begins, and calls restored for responses whose
+    call was compacted."""
+
+    metas: list[EventMeta]
+    checkpoints: dict[float, list[str]]  # entry seq -> its history items (canonical JSON)
+    hidden: int  # events hidden by compaction
+    restored: int
+
+
+def read_history(session_pk: int, policy: ContextPolicy) -> HistoryView:
+    visible = visible_checkpoints(session_pk)
+    ranges = [(v.view.first_seq, v.view.last_seq) for v in visible]
+    metas = event_metas(session_pk, policy, ranges)
+    if not visible:
+        return HistoryView(metas, {}, 0, 0)
+    restored = _restored_calls(session_pk, policy, metas, ranges)
+    checkpoints: dict[float, list[str]] = {}
+    for v in visible:
+        position = v.view.first_seq - 0.5
+        items = [canonical_json(item).decode("utf-8") for item in json.loads(v.items_json)]
+        checkpoints[position] = items
+        metas.append(
+            EventMeta(
+                seq=position,
+                kinds=TEXT | MODEL_CONTENT,
+                call_ids=None,
+                response_ids=None,
+                context_bytes=v.items_bytes + env.FRAMING_PER_ITEM_BYTES * (v.item_count - 1),
+                checkpoint=True,
+            )
+        )
+    metas.extend(restored)
+    metas.sort(key=lambda meta: meta.seq)
+    return HistoryView(
+        metas, checkpoints, _hidden_count(session_pk, ranges) - len(restored), len(restored)
+    )
+
+
+def _meta_columns(policy: ContextPolicy) -> list[str]:
+    columns = ["seq", "kinds", "call_ids", "response_ids", "context_bytes"]
+    if policy.filters_on_identity or policy.filters_on_time:
+        columns += ["author", "invocation_id"]
+    if policy.filters_on_time:
+        columns.append("date_part('epoch', timestamp)")
+    return columns
+
+
+def event_metas(
+    session_pk: int, policy: ContextPolicy, hidden: list[tuple[int, int]] | None = None
+) -> list[EventMeta]:
+    """Every visible event's selection metadata, never content. Authors, invocation ids and
+    times are read only when the policy filters on them: per-value decoding is most of the
+    cost. Compaction events and events inside ``hidden`` ranges are left out."""
+    condition, params = uncovered_sql(hidden or [])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(_meta_columns(policy))} FROM sessions_app_event "  # noqa: S608
+            f"WHERE session_id = %s AND kinds & %s = 0 AND {condition} ORDER BY seq",
+            [session_pk, COMPACTION, *params],
+        )
+        return list(starmap(EventMeta, cursor.fetchall()))
+
+
+def _restored_calls(
+    session_pk: int, policy: ContextPolicy, metas: list[EventMeta], ranges: list[tuple[int, int]]
+) -> list[EventMeta]:
+    """A response whose call was compacted away gets its call back (a model must never see
+    a response without its call)."""
+    calls = {call for meta in metas for call in meta.call_ids or ()}
+    orphans = sorted(
+        {answer for meta in metas for answer in meta.response_ids or () if answer not in calls}
+    )
+    if not orphans:
+        return []
+    condition, params = uncovered_sql(ranges)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(_meta_columns(policy))} FROM sessions_app_event "  # noqa: S608
+            f"WHERE session_id = %s AND call_ids && %s::varchar[] AND NOT {condition} "
+            "ORDER BY seq",
+            [session_pk, orphans, *params],
+        )
+        return list(starmap(EventMeta, cursor.fetchall()))
+
+
+def _hidden_count(session_pk: int, ranges: list[tuple[int, int]]) -> int:
+    condition, params = uncovered_sql(ranges)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM sessions_app_event "  # noqa: S608
+            f"WHERE session_id = %s AND kinds & %s = 0 AND NOT {condition}",
+            [session_pk, COMPACTION, *params],
+        )
+        return cursor.fetchone()[0]
+
+
+def context_items(session_pk: int, seqs: list[int]) -> dict[int, str]:
+    """The precomputed history items (canonical JSON) of the events ``seqs`` (ascending): a
+    range scan when they are dense, by key when sparse."""
+    if not seqs:
+        return {}
+    with connection.cursor() as cursor:
+        if len(seqs) * 2 >= seqs[-1] - seqs[0] + 1:
+            cursor.execute(
+                "SELECT seq, context_json FROM sessions_app_event "
+                "WHERE session_id = %s AND seq BETWEEN %s AND %s",
+                [session_pk, seqs[0], seqs[-1]],
+            )
+        else:
+            cursor.execute(
+                "SELECT seq, context_json FROM sessions_app_event "
+                "WHERE session_id = %s AND seq = ANY(%s)",
+                [session_pk, seqs],
+            )
+        wanted = set(seqs)
+        return {seq: item for seq, item in cursor.fetchall() if seq in wanted}
