@@ -255,7 +255,8 @@ def credential_texts(fakes: Fakes | None = None) -> list[tuple[str, str, str]]:
         ("our wifi password", "our wifi password is sun" + f.chars(string.ascii_lowercase, 5)),
         ("the api key was", "The API key was: " + f.alnum(32)),
         ("the password is symbols", "the password is " + pw),
-        ("my pin is", "my pin is 4821"),
+        # Six digits: a four-digit secret would turn up by chance in the random hex around it.
+        ("my pin is", "my pin is " + f.chars(string.digits, 6)),
         ("my token is", "my token is " + f.url(30)),
         ("password colon", "password: " + pw),
         ("passphrase", "passphrase = " + pw),
