@@ -23,11 +23,10 @@ from ctxadmin.providers.gemini_caches import (
     parse_timestamp,
 )
 from ctxadmin.testing.fake_gemini_cache import (
-    FakeGeminiCache,
     estimate_tokens,
 )
 from ctxadmin.testing.fake_providers import Reply
-from tests.cache_gemini_helpers import (
+from tests.caching.gemini.helpers import (
     CONTENTS,
     KEY,
     MODEL,
@@ -38,18 +37,6 @@ from tests.cache_gemini_helpers import (
     create,
     last,
 )
-
-
-@pytest.fixture
-def fake():
-    with FakeGeminiCache(api_key=KEY) as server:
-        yield server
-
-
-@pytest.fixture
-def adapter(fake) -> GeminiCacheAdapter:
-    return GeminiCacheAdapter(fake.base_url, KEY)
-
 
 # --------------------------------------------------------------------------- wire values
 

@@ -19,9 +19,8 @@ from ctxadmin.providers.gemini_caches import (
 )
 from ctxadmin.testing.fake_gemini_cache import (
     CACHE_CONFLICT_MESSAGE,
-    FakeGeminiCache,
 )
-from tests.cache_gemini_helpers import (
+from tests.caching.gemini.helpers import (
     KEY,
     MARKER,
     MODEL,
@@ -33,18 +32,6 @@ from tests.cache_gemini_helpers import (
     create,
     last,
 )
-
-
-@pytest.fixture
-def fake():
-    with FakeGeminiCache(api_key=KEY) as server:
-        yield server
-
-
-@pytest.fixture
-def adapter(fake) -> GeminiCacheAdapter:
-    return GeminiCacheAdapter(fake.base_url, KEY)
-
 
 # --------------------------------------------------------------------------- generate
 
