@@ -7,26 +7,13 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from caching import registry
-from caching.adapters import fake_adapter
 from caching.models import CacheEntry
 from ctxadmin.services import create_api_key
 from tests.cache_helpers import PREFIX_MARKER, body, prefix, scope
 from tests.conftest import make_tenant
 from tests.sessions_app.test_sessions_schema import check
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fake(settings, monkeypatch):
-    from caching.tasks import cleanup
-
-    monkeypatch.setattr(cleanup, "delay_on_commit", lambda *a, **k: None)
-    settings.CTXADMIN_CACHE_FAKE_DELAY_MS = 0
-    settings.CTXADMIN_CACHE_FAKE_FAILURE = ""
-    fake_adapter().reset()
-    yield fake_adapter()
-    fake_adapter().reset()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fake")]
 
 
 @pytest.fixture

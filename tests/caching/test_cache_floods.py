@@ -12,25 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection, connections
 
-from caching.adapters import fake_adapter
 from caching.models import CacheEntry
 from tests.cache_helpers import body, scope
 from tests.conftest import make_tenant
 from tests.sessions_app.test_sessions_schema import check
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fake(settings, monkeypatch):
-    from caching.tasks import cleanup
-
-    monkeypatch.setattr(cleanup, "delay_on_commit", lambda *a, **k: None)
-    settings.CTXADMIN_CACHE_FAKE_DELAY_MS = 0
-    settings.CTXADMIN_CACHE_FAKE_FAILURE = ""
-    fake_adapter().reset()
-    yield fake_adapter()
-    fake_adapter().reset()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fake")]
 
 
 class Sampler:

@@ -14,27 +14,11 @@ import pytest
 from django.db import connection
 
 from caching import crypto, registry
-from caching.adapters import fake_adapter
 from caching.models import CacheEntry, CacheScope
 from tests.cache_helpers import PREFIX_MARKER, acquire, body, prefix, scope, states
 from tests.conftest import make_tenant
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fake(settings, monkeypatch):
-    """The process's fake provider, reset, with cleanup messages kept off the broker (the
-    tests run cleanup themselves)."""
-    from caching.tasks import cleanup
-
-    monkeypatch.setattr(cleanup, "delay_on_commit", lambda *a, **k: None)
-    settings.CTXADMIN_CACHE_FAKE_DELAY_MS = 0
-    settings.CTXADMIN_CACHE_FAKE_FAILURE = ""
-    adapter = fake_adapter()
-    adapter.reset()
-    yield adapter
-    adapter.reset()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fake")]
 
 
 @pytest.fixture
