@@ -21,7 +21,7 @@ from sessions_app.context import envelope as env
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.context.select import EventMeta
 from sessions_app.events import COMPACTION, MODEL_CONTENT, TEXT
-from sessions_app.models import Checkpoint
+from sessions_app.models import Checkpoint, Session
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,13 @@ def compaction_ids(keys) -> dict[str, str]:
             "id", "compaction_id"
         )
     }
+
+
+def in_flight(session: Session):
+    """The session's compactions pending or running (at most one: a partial unique index)."""
+    return Checkpoint.objects.filter(
+        session=session, status__in=(Checkpoint.PENDING, Checkpoint.RUNNING)
+    )
 
 
 # ----------------------------------------------------------------------------- for a context build

@@ -9,7 +9,8 @@ import time
 from django.db import IntegrityError
 from django.utils import timezone
 
-from sessions_app.models import Checkpoint, Event, Invocation, Session
+from sessions_app import history
+from sessions_app.models import Event, Invocation, Session
 
 
 def start(
@@ -51,13 +52,7 @@ def stored(session: Session, invocation_id: str) -> Invocation:
 
 def queued_compaction(session: Session):
     """The id of the session's compaction pending or running, if any."""
-    return (
-        Checkpoint.objects.filter(
-            session=session, status__in=(Checkpoint.PENDING, Checkpoint.RUNNING)
-        )
-        .values_list("id", flat=True)
-        .first()
-    )
+    return history.in_flight(session).values_list("id", flat=True).first()
 
 
 def output_parts(session: Session, row: Invocation) -> list:

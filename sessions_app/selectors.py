@@ -18,8 +18,8 @@ from django.db.models.functions import Coalesce, TruncHour
 
 from ctxadmin.models import App
 from ctxadmin.series import per_hour
+from sessions_app import history, store
 from sessions_app import state as scopes
-from sessions_app import store
 from sessions_app.events import (
     FUNCTION_CALL,
     FUNCTION_RESPONSE,
@@ -282,9 +282,7 @@ def active_checkpoint(session: Session) -> Checkpoint | None:
 
 
 def compactions_in_flight(session: Session) -> int:
-    return Checkpoint.objects.filter(
-        session=session, status__in=(Checkpoint.PENDING, Checkpoint.RUNNING)
-    ).count()
+    return history.in_flight(session).count()
 
 
 # ----------------------------------------------------------------------------- the console's

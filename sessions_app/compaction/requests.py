@@ -18,7 +18,7 @@ from sessions_app.compaction.commit import head_unchecked
 from sessions_app.compaction.policies import effective_policy
 from sessions_app.compaction.triggers import RUN_COMPACTION
 from sessions_app.compaction.worker import execute
-from sessions_app.history import active_head
+from sessions_app.history import active_head, in_flight
 from sessions_app.models import Checkpoint, Session
 from sessions_app.store import hold_session
 
@@ -40,11 +40,7 @@ def _existing(session: Session, compaction_id: uuid.UUID) -> Checkpoint | None:
 
 
 def in_progress_error(session: Session) -> ServiceError:
-    running = (
-        Checkpoint.objects.filter(session=session, status__in=["pending", "running"])
-        .values_list("compaction_id", flat=True)
-        .first()
-    )
+    running = in_flight(session).values_list("compaction_id", flat=True).first()
     return ServiceError(
         "compaction_in_progress",
         "A compaction of this session is pending or running.",
