@@ -1,4 +1,5 @@
-"""The dashboard's reads: counts and times only, each over an index or a small bounded table.
+"""The dashboard's reads, each the owning app's selector: counts and times only, each over an
+index or a small bounded table.
 
 - events per hour: ``sessions_app_event.created_at`` over the window (BRIN index);
 - compactions per hour by outcome and the tokens they saved (``checkpoint_created``);

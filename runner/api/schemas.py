@@ -19,6 +19,21 @@ from runner.inputs import (
 _ID = {"type": "string", "pattern": f"^{ID_PATTERN}$", "maxLength": 128}
 _NULLABLE_INT = {"type": "integer", "nullable": True}
 
+
+def _retrieval(filter_schema: dict, **first: dict) -> dict:
+    """A memory retrieval's members (an invocation's takes its query from the input; a
+    context build's names it first)."""
+    return {
+        **first,
+        "mode": {"enum": list(MODES)},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT},
+        "filter": filter_schema,
+        "max_hit_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_MEMORY_HIT_BYTES},
+        "max_total_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_MEMORY_TOTAL_BYTES},
+        "on_error": {"enum": list(MEMORY_ON_ERROR)},
+    }
+
+
 CONTEXT_COMPONENTS = {
     "ContextRequest": strict(
         {
@@ -29,23 +44,10 @@ CONTEXT_COMPONENTS = {
             "tools": {"type": "array", "items": OBJECT, "nullable": True},
             "policy": {**ref("ContextPolicy"), "nullable": True},
             "memory": strict(
-                {
-                    "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_BYTES},
-                    "mode": {"enum": list(MODES)},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT},
-                    "filter": {**OBJECT, "nullable": True},
-                    "max_hit_bytes": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_MEMORY_HIT_BYTES,
-                    },
-                    "max_total_bytes": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_MEMORY_TOTAL_BYTES,
-                    },
-                    "on_error": {"enum": list(MEMORY_ON_ERROR)},
-                },
+                _retrieval(
+                    {**OBJECT, "nullable": True},
+                    query={"type": "string", "minLength": 1, "maxLength": MAX_QUERY_BYTES},
+                ),
                 ["query"],
                 nullable=True,
             ),
@@ -91,24 +93,7 @@ INVOCATION_COMPONENTS = {
                 ["provider", "model"],
             ),
             "context_policy": ref("ContextPolicy"),
-            "memory_retrieval": strict(
-                {
-                    "mode": {"enum": list(MODES)},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT},
-                    "filter": OBJECT,
-                    "max_hit_bytes": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_MEMORY_HIT_BYTES,
-                    },
-                    "max_total_bytes": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_MEMORY_TOTAL_BYTES,
-                    },
-                    "on_error": {"enum": list(MEMORY_ON_ERROR)},
-                }
-            ),
+            "memory_retrieval": strict(_retrieval(OBJECT)),
             "cache": {
                 "oneOf": [
                     strict(
