@@ -128,9 +128,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
     items = _history(session, [metas[i] for i in selection.indices], history_view)
     envelope_json = env.assemble(parts, items)
     fingerprint = env.envelope_fingerprint(envelope_json)
-    accounting = env.accounting(
-        sizes, selection.history_bytes, len(items), policy.bytes_per_token
-    )
+    accounting = env.accounting(sizes, selection.history_bytes, len(items), policy.bytes_per_token)
     counts = {
         "input": selection.input_events,
         "selected": len(items),

@@ -51,9 +51,7 @@ def checkpoint_json(
         "model": row.model or None,
         "usage": row.usage,
         "parent_id": None if row.parent_id is None else public.get(str(row.parent_id)),
-        "subsumed_by": None
-        if row.subsumed_by_id is None
-        else public.get(str(row.subsumed_by_id)),
+        "subsumed_by": None if row.subsumed_by_id is None else public.get(str(row.subsumed_by_id)),
         "summary_event_id": row.summary_event_id or None,
         "projected_event_ids": row.projected_event_ids,
         "purged_events": row.purged_events,
@@ -183,9 +181,7 @@ class CompactionListView(SessionsScopedView):
         public = history.compaction_ids(
             {key for row in page for key in (row.id, row.parent_id, row.subsumed_by_id)}
         )
-        return self.get_paginated_response(
-            [checkpoint_json(row, public=public) for row in page]
-        )
+        return self.get_paginated_response([checkpoint_json(row, public=public) for row in page])
 
     @extend_schema(
         operation_id="compactions_request",

@@ -91,9 +91,7 @@ COMPONENTS = {
             "artifact_delta": {"type": "object", "additionalProperties": {"type": "integer"}},
         }
     ),
-    "UsageMetadata": strict(
-        {key: {"type": "integer", "minimum": 0} for key in sorted(USAGE_KEYS)}
-    ),
+    "UsageMetadata": strict({key: {"type": "integer", "minimum": 0} for key in sorted(USAGE_KEYS)}),
     "EventInput": strict(
         {
             "event_id": {**_ID, "nullable": True},
