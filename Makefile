@@ -8,9 +8,10 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: run test browser lint bench schema clean-var
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
+	$(BIN)/python -m pip install --quiet -e 'clients/python[adk]'
 	@touch $(STAMP)
 
 ## Start the whole service on its embedded default (PostgreSQL+pgvector, Redis, Celery, gunicorn).

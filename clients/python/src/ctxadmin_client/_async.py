@@ -1,0 +1,121 @@
+"""The asyncio client: the same methods as :class:`~ctxadmin_client.Client`, as coroutines
+(and async iterators for the lists)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from . import _config
+from ._calls import JSON, Call
+from ._transport import Attempt, Operations, low_level_call, next_page, page_items, request_args
+
+
+class AsyncClient(
+    Operations[Awaitable[JSON], AsyncIterator[JSON], Awaitable[None], Awaitable[bytes]]
+):
+    """The ctxadmin REST API over an ``httpx.AsyncClient`` (see :class:`Client` for the
+    arguments; ``transport`` is an ``httpx.AsyncBaseTransport``)."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float | httpx.Timeout | None = 30.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        transport: httpx.AsyncBaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._settings = _config.resolve(
+            base_url,
+            api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            headers=dict(headers or {}),
+        )
+        self._http = httpx.AsyncClient(
+            base_url=self._settings.base_url,
+            headers=self._settings.headers,
+            timeout=self._settings.timeout,
+            transport=transport,
+        )
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool | None = None,
+    ) -> httpx.Response:
+        """Send one request (with the client's retries); an error answer raises its typed
+        :class:`~ctxadmin_client.errors.CtxAdminError`."""
+        call = low_level_call(
+            method,
+            path,
+            json=json,
+            params=params,
+            content=content,
+            headers=headers,
+            idempotent=idempotent,
+        )
+        return await self._send(call)
+
+    async def _send(self, call: Call) -> httpx.Response:
+        request = self._http.build_request(**request_args(call))
+        attempt = Attempt(self._settings.retry, call)
+        while True:
+            try:
+                response = await self._http.send(request)
+            except httpx.HTTPError as exc:
+                wait = attempt.after_failure(exc)
+            else:
+                if response.status_code < 400:
+                    return response
+                wait = attempt.after_answer(response)
+            await asyncio.sleep(wait)
+
+    async def _one(self, call: Call) -> JSON:
+        return call.read(await self._send(call))  # type: ignore[no-any-return]
+
+    async def _none(self, call: Call) -> None:
+        await self._send(call)
+
+    async def _raw(self, call: Call) -> bytes:
+        return (await self._send(call)).content
+
+    async def _many(self, call: Call) -> AsyncIterator[JSON]:
+        next_call: Call | None = call
+        while next_call is not None:
+            page = (await self._send(next_call)).json()
+            for item in page_items(page):
+                yield item
+            next_call = next_page(self._http.base_url, page)

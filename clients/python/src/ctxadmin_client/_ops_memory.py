@@ -1,0 +1,162 @@
+"""Long-term memory, its governance and the ingestion outbox."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._base import B, D, L, N, Runners
+from ._calls import Call, body, path, query, user_path
+
+
+class MemoryOperations(Runners[D, L, N, B]):
+    # ------------------------------------------------------------------ entries
+    def add_memory(
+        self,
+        app: str,
+        user_id: str,
+        content: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        **extra: Any,
+    ) -> D:
+        """Add a memory (``extra``: ``provenance``, ``embed``, ``erasure_epoch``). With an
+        ``idempotency_key`` a repeat answers the stored entry, so it is retried."""
+        return self._one(
+            Call(
+                "POST",
+                user_path(app, user_id, "memories"),
+                json=body(
+                    content=content, metadata=metadata, idempotency_key=idempotency_key, **extra
+                ),
+                idempotent=idempotency_key is not None,
+            )
+        )
+
+    def get_memory(self, app: str, user_id: str, memory_id: str) -> D:
+        return self._one(Call("GET", user_path(app, user_id, "memories", memory_id)))
+
+    def delete_memory(self, app: str, user_id: str, memory_id: str) -> N:
+        return self._none(Call("DELETE", user_path(app, user_id, "memories", memory_id)))
+
+    def search_memory(
+        self,
+        app: str,
+        user_id: str,
+        query: str,
+        *,
+        mode: str | None = None,
+        limit: int | None = None,
+        filter: Mapping[str, Any] | None = None,
+        min_score: float | None = None,
+        **extra: Any,
+    ) -> D:
+        """Lexical, vector or hybrid search (``mode``); ``extra``: ``weights``."""
+        return self._one(
+            Call(
+                "POST",
+                user_path(app, user_id, "memories", "search"),
+                json=body(
+                    query=query,
+                    mode=mode,
+                    limit=limit,
+                    filter=filter,
+                    min_score=min_score,
+                    **extra,
+                ),
+                idempotent=True,
+            )
+        )
+
+    def add_events_to_memory(
+        self,
+        app: str,
+        user_id: str,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        session_id: str | None = None,
+        **extra: Any,
+    ) -> D:
+        """Session events (their user and model text) to memories."""
+        return self._one(
+            Call(
+                "POST",
+                user_path(app, user_id, "memories", "events"),
+                json=body(session_id=session_id, events=[dict(e) for e in events], **extra),
+            )
+        )
+
+    def ingest_session(self, app: str, user_id: str, session_id: str, **extra: Any) -> D:
+        """Admit the session's events to the durable outbox (``extra``: ``after_seq``,
+        ``max_attempts``); the answer names the job."""
+        return self._one(
+            Call(
+                "POST",
+                user_path(app, user_id, "memories", "ingestions"),
+                json=body(session_id=session_id, **extra),
+            )
+        )
+
+    # ------------------------------------------------------------------ erasure
+    def erase_session_memories(self, app: str, user_id: str, session_id: str) -> D:
+        """Erase the memories drawn from one session (a receipt)."""
+        return self._one(
+            Call(
+                "DELETE",
+                user_path(app, user_id, "memories"),
+                params=query(session_id=session_id),
+            )
+        )
+
+    def erase_user_memories(self, app: str, user_id: str) -> D:
+        """Erase the user's whole memory, sending the confirmation the API asks for (a
+        receipt; the erasure epoch advances)."""
+        return self._one(
+            Call(
+                "DELETE",
+                user_path(app, user_id, "memories"),
+                json={"confirm": f"erase user {user_id}"},
+            )
+        )
+
+    def get_erasure_epoch(self, app: str, user_id: str) -> D:
+        return self._one(Call("GET", user_path(app, user_id, "memories", "erasure-epoch")))
+
+    # ------------------------------------------------------------------ governance
+    def get_consent(self, app: str, user_id: str) -> D:
+        return self._one(Call("GET", user_path(app, user_id, "memories", "consent")))
+
+    def set_consent(self, app: str, user_id: str, *, granted: bool) -> D:
+        return self._one(
+            Call("PUT", user_path(app, user_id, "memories", "consent"), json={"granted": granted})
+        )
+
+    def get_legal_hold(self, app: str, user_id: str) -> D:
+        return self._one(Call("GET", user_path(app, user_id, "memories", "legal-hold")))
+
+    def place_legal_hold(self, app: str, user_id: str) -> D:
+        """Place a legal hold (needs the ``admin`` scope)."""
+        return self._one(Call("PUT", user_path(app, user_id, "memories", "legal-hold")))
+
+    def release_legal_hold(self, app: str, user_id: str) -> N:
+        """Release the legal hold (needs the ``admin`` scope)."""
+        return self._none(Call("DELETE", user_path(app, user_id, "memories", "legal-hold")))
+
+    def get_memory_policy(self, app: str) -> D:
+        return self._one(Call("GET", path(app, "memory-policy")))
+
+    def set_memory_policy(self, app: str, **policy: Any) -> D:
+        """Set the app's memory governance policy (needs the ``admin`` scope)."""
+        return self._one(Call("PUT", path(app, "memory-policy"), json=policy))
+
+    # ------------------------------------------------------------------ outbox
+    def get_job(self, app: str, job_id: str) -> D:
+        """An ingestion job's content-free status."""
+        return self._one(Call("GET", path(app, "outbox", "jobs", job_id)))
+
+    def cancel_job(self, app: str, job_id: str) -> D:
+        return self._one(Call("POST", path(app, "outbox", "jobs", job_id, "cancel")))
+
+    def outbox_stats(self, app: str) -> D:
+        return self._one(Call("GET", path(app, "outbox", "stats")))
