@@ -223,7 +223,7 @@ def add_memory(
                  embedding_model, content_bytes, created_at, updated_at, expires_at,
                  retain_until)
             VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
-                    to_tsvector(%s::regconfig, %s), %s::vector, %s, %s, now(), now(),
+                    memory_search_vector(%s::regconfig, %s), %s::vector, %s, %s, now(), now(),
                     now() + %s::integer * interval '1 second',
                     now() + %s::integer * interval '1 day')
             ON CONFLICT (app_id, user_id, idempotency_key)
