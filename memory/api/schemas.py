@@ -178,15 +178,30 @@ COMPONENTS = {
 
 COMPONENTS["MemoryEventsRequest"] = _strict(
     {
-        "session_id": _SESSION_ID,
+        "session_id": {
+            **_SESSION_ID,
+            "nullable": True,
+            "description": "The events' session: their memories' provenance, and part of "
+            "each one's idempotency key (`session:<session_id>:<event_id>`). Absent or "
+            "null: no session; each is keyed by its event id in the user's scope "
+            "(`event:<event_id>`), so a repeat is still a duplicate.",
+        },
         "events": {
             "type": "array",
             "items": {"$ref": "#/components/schemas/EventInput"},
             "minItems": 1,
             "maxItems": MAX_INGEST_EVENTS,
         },
+        "custom_metadata": {
+            **_OBJECT,
+            "nullable": True,
+            "description": "Metadata stored on every memory made from these events, beside "
+            "their `role` and `source` (which it cannot set): the same keys, redaction and "
+            "size limit as a memory's `metadata`. ADK's `add_events_to_memory` "
+            "`custom_metadata`. A repeated event keeps the metadata it was first stored with.",
+        },
     },
-    ["session_id", "events"],
+    ["events"],
 )
 COMPONENTS["MemoryEventsResult"] = _strict(
     {
