@@ -474,7 +474,22 @@ def identity(event: dict) -> dict:
     }
     if event.get("adk_fields"):
         same["adk_fields"] = event["adk_fields"]
+    # An absent ``args``/``response`` is an empty one (events stored before ADK's fields were
+    # kept as given were stored with it filled in: their re-sends must still match).
+    if same["content"] and same["content"].get("parts"):
+        same["content"] = {
+            **same["content"],
+            "parts": [_with_payload(part) for part in same["content"]["parts"]],
+        }
     return same
+
+
+def _with_payload(part: dict) -> dict:
+    for kind, payload in (("function_call", "args"), ("function_response", "response")):
+        value = part.get(kind)
+        if isinstance(value, dict) and value.get(payload) is None:
+            return {**part, kind: {**value, payload: {}}}
+    return part
 
 
 def history_item(event: dict, timestamp: str) -> dict:

@@ -156,3 +156,23 @@ def test_urlsafe_base64_inline_data_is_accepted_as_sent(api):
 def test_a_text_event_stores_no_kept_fields(api):
     post(api, text("user", "hello"), 201)
     assert Event.objects.get().adk_fields is None
+
+
+def test_a_call_stored_with_empty_args_matches_a_resend_without_them(api):
+    # Events stored before absent payloads were kept absent were stored with them filled in.
+    call = {"id": "c-1", "name": "lookup"}
+    with_args = {
+        "event_id": "e-1",
+        "author": "agent",
+        "content": {"role": "model", "parts": [{"function_call": {**call, "args": {}}}]},
+    }
+    first = post(api, with_args, 201)["events"][0]
+    without = {**with_args, "content": {"role": "model", "parts": [{"function_call": call}]}}
+    again = api.post(EVENTS, {"event": without}, format="json")
+    assert again.status_code == 200, again.content
+    assert again.json()["events"][0] == first
+    changed = {
+        **with_args,
+        "content": {"role": "model", "parts": [{"function_call": {**call, "args": {"q": 1}}}]},
+    }
+    assert api.post(EVENTS, {"event": changed}, format="json").status_code == 409
