@@ -259,7 +259,22 @@ def _append_locked(
         )
         if locked is None:
             raise not_found()
-        if expected_revision is not None and expected_revision != locked.revision:
+        fresh: list[_Prepared] = []
+        repeated: list[str] = []
+        conflicting: list[str] = []
+        for item in prepared:
+            event_id = item.event["event_id"]
+            previous_hash = locked.stored_hashes.get(event_id)
+            if previous_hash is None:
+                fresh.append(item)
+            elif previous_hash != item.event["hash"]:
+                conflicting.append(event_id)
+            else:
+                repeated.append(event_id)
+        # A batch that is wholly a re-send of stored events is answered as stored whatever
+        # revision it names: the retry of an append whose answer was lost is not a stale write.
+        retry = len(repeated) == len(events)
+        if expected_revision is not None and expected_revision != locked.revision and not retry:
             raise ServiceError(
                 "stale_session",
                 "The session has changed since the revision you read; nothing was written.",
@@ -269,22 +284,13 @@ def _append_locked(
                     "current_revision": locked.revision,
                 },
             )
-        fresh: list[_Prepared] = []
-        repeated: list[str] = []
-        for item in prepared:
-            event_id = item.event["event_id"]
-            previous_hash = locked.stored_hashes.get(event_id)
-            if previous_hash is None:
-                fresh.append(item)
-            elif previous_hash != item.event["hash"]:
-                raise ServiceError(
-                    "event_id_conflict",
-                    "An event with this event_id is stored with different content.",
-                    status_code=409,
-                    details={"event_id": event_id},
-                )
-            else:
-                repeated.append(event_id)
+        if conflicting:
+            raise ServiceError(
+                "event_id_conflict",
+                "An event with this event_id is stored with different content.",
+                status_code=409,
+                details={"event_id": conflicting[0]},
+            )
         delta = _combined(fresh)
         rows = [
             replace(item.row, seq=locked.last_seq + number)

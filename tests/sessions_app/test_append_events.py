@@ -226,6 +226,30 @@ def test_a_stale_writer_is_rejected_with_nothing_written(api):
 
 
 @pytest.mark.django_db
+def test_a_retried_compare_and_append_is_answered_as_stored_not_as_stale(api):
+    # The answer to the first send was lost: its retry names the revision it read before.
+    first = {**text("user", "a"), "event_id": "e-1"}
+    stored = post(api, {"event": first, "expected_revision": 0}, 201).json()
+    again = post(api, {"event": first, "expected_revision": 0}, 200).json()
+    assert again["events"] == stored["events"] and again["created"] == 0
+    assert again["revision"] == stored["revision"] == 1
+    # A batch with anything new in it is a write, and the revision it names is stale.
+    second = {**text("user", "b"), "event_id": "e-2"}
+    stale = post(api, {"events": [first, second], "expected_revision": 0}, 409)
+    assert stale.json()["error"]["code"] == "stale_session"
+    changed = {**text("user", "other"), "event_id": "e-1"}
+    assert (
+        post(api, {"event": changed, "expected_revision": 0}, 409).json()["error"]["code"]
+        == "stale_session"
+    )
+    assert (
+        post(api, {"event": changed, "expected_revision": 1}, 409).json()["error"]["code"]
+        == "event_id_conflict"
+    )
+    assert Session.objects.get().event_count == 1
+
+
+@pytest.mark.django_db
 class TestStateLimits:
     """State sizes are canonical JSON bytes, checked after the merge; nothing half-applies."""
 
