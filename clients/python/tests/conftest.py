@@ -13,9 +13,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import json
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -144,3 +148,69 @@ def client(request: pytest.FixtureRequest, app: StackApp) -> Iterator[Any]:
 @pytest.fixture
 def user() -> str:
     return f"user-{uuid.uuid4().hex[:10]}"
+
+
+# ---------------------------------------------------------------- a scripted HTTP server
+
+
+class Scripted(ThreadingHTTPServer):
+    """Answers each request with the next scripted (status, headers, body); ``"sleep"`` in
+    the script holds the answer back for a second. Records what it received."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.script: list = []
+        self.default: tuple = (200, {}, {"results": [], "next": None, "previous": None})
+        self.received: list[dict] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Scripted
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        with self.server.lock:
+            self.server.received.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": dict(self.headers),
+                    "body": body,
+                }
+            )
+            step = self.server.script.pop(0) if self.server.script else self.server.default
+        if step == "sleep":
+            time.sleep(1.5)
+            step = self.server.default
+        status, headers, payload = step
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer
+
+
+@pytest.fixture
+def scripted_server() -> Iterator[Scripted]:
+    scripted = Scripted()
+    thread = threading.Thread(target=scripted.serve_forever, daemon=True)
+    thread.start()
+    yield scripted
+    scripted.shutdown()
+    scripted.server_close()

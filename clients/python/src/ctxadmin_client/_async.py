@@ -103,16 +103,16 @@ class AsyncClient(
                 wait = attempt.after_answer(response)
             await asyncio.sleep(wait)
 
-    async def _one(self, call: Call) -> JSON:  # type: ignore[override]
+    async def _one(self, call: Call) -> JSON:
         return call.read(await self._send(call))  # type: ignore[no-any-return]
 
-    async def _none(self, call: Call) -> None:  # type: ignore[override]
+    async def _none(self, call: Call) -> None:
         await self._send(call)
 
-    async def _raw(self, call: Call) -> bytes:  # type: ignore[override]
+    async def _raw(self, call: Call) -> bytes:
         return (await self._send(call)).content
 
-    async def _many(self, call: Call) -> AsyncIterator[JSON]:  # type: ignore[override]
+    async def _many(self, call: Call) -> AsyncIterator[JSON]:
         next_call: Call | None = call
         while next_call is not None:
             page = (await self._send(next_call)).json()

@@ -38,7 +38,7 @@ class RetryPolicy:
             return None
         if retry_after is not None:
             return retry_after if retry_after <= self.max_retry_after else None
-        ceiling = min(self.max_backoff, self.backoff * (2**attempt))
+        ceiling = min(self.max_backoff, self.backoff * float(2**attempt))
         return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
 
 

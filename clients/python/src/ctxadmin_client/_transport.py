@@ -112,4 +112,5 @@ def page_items(page: Any) -> list[dict[str, Any]]:
         raise CtxAdminError(
             "the answer is not a page of results", status=200, code="unexpected_answer"
         )
-    return page["results"]
+    items: list[dict[str, Any]] = page["results"]
+    return items

@@ -1,0 +1,78 @@
+"""The app, its keys, the prefix-cache registry, and the typed errors of auth and scope."""
+
+from __future__ import annotations
+
+import pytest
+from ctxadmin_client import (
+    AuthenticationError,
+    Client,
+    NotFoundError,
+    PermissionDeniedError,
+    ValidationError,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_app_and_its_keys(client, app):
+    summary = client.get_app(app.name)
+    assert summary["app"] == app.name
+    assert client.update_app(app.name, display_name="Client tests")["display_name"] == (
+        "Client tests"
+    )
+    mine = client.get_key(app.name)
+    assert app.key.startswith(mine["prefix"]) or mine["prefix"] in app.key
+    listed = list(client.list_keys(app.name, limit=1))
+    assert mine["prefix"] in [k["prefix"] for k in listed]
+    assert client.get_api_key(app.name, mine["prefix"])["scopes"] == mine["scopes"]
+
+
+def test_a_revoked_key_is_an_authentication_error(app, make_key):
+    spare = make_key(app.name, ["sessions"])
+    with Client(app.base_url, app.key) as admin, Client(app.base_url, spare) as victim:
+        prefix = victim.get_key(app.name)["prefix"]
+        assert admin.revoke_api_key(app.name, prefix) is None
+        with pytest.raises(AuthenticationError) as refused:
+            victim.get_key(app.name)
+        assert refused.value.status == 401
+
+
+def test_scope_tenancy_and_authentication_errors(app, make_app, make_key):
+    other = make_app()
+    narrow = make_key(app.name, ["memory"])
+    with Client(app.base_url, narrow) as memory_only:
+        with pytest.raises(PermissionDeniedError) as denied:
+            memory_only.create_session(app.name, "u-1")
+        assert denied.value.status == 403 and denied.value.code
+    with Client(app.base_url, other.key) as outsider:
+        with pytest.raises(NotFoundError):
+            outsider.get_key(app.name)
+    with Client(app.base_url, "ctx_not_a_real_key") as stranger:
+        with pytest.raises(AuthenticationError) as unknown:
+            stranger.get_key(app.name)
+        assert unknown.value.code in ("authentication_failed", "not_authenticated")
+
+
+SCOPE = {"provider": "fake", "user_id": "cache-user", "model": "fake-model"}
+PREFIX = {
+    "system_instruction": "You are a careful travel agent. " * 200,
+    "contents": [{"role": "user", "parts": [{"text": "hello"}]}],
+}
+
+
+def test_a_cache_is_acquired_read_and_invalidated(client, app):
+    policy = {"min_prefix_tokens": 1}
+    scope = {**SCOPE, "policy": policy}
+    first = client.acquire_cache(app.name, scope=scope, prefix=PREFIX, ttl_ms=60000)
+    assert first["status"] in ("created", "hit"), first
+    second = client.acquire_cache(app.name, scope=scope, prefix=PREFIX, ttl_ms=60000)
+    assert second["status"] == "hit"
+    status = client.cache_scope_status(app.name, first["scope_fingerprint"])
+    assert status["scope_fingerprint"] == first["scope_fingerprint"] and status["entries"] >= 1
+
+    invalidated = client.invalidate_cache(app.name, scope_fingerprint=first["scope_fingerprint"])
+    assert invalidated["generation"] > first["generation"]
+
+    with pytest.raises(ValidationError) as refused:
+        client.acquire_cache(app.name, scope=scope, prefix=PREFIX, ttl_ms=1)
+    assert refused.value.status == 400
