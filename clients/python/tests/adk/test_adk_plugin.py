@@ -1,0 +1,57 @@
+"""CtxAdminContextPlugin: a Runner's model requests are ctxadmin's context builds. The
+example (clients/python/examples/adk_runner.py) runs as documented, and its model sees the
+memory ctxadmin recalled and the current input once, last."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from ctxadmin_client.adk.plugin import contents_from
+from google.genai import types
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adk_runner.py"
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("adk_runner_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def texts(contents: list[types.Content]) -> list[str]:
+    return [part.text for content in contents for part in content.parts or () if part.text]
+
+
+async def test_the_example_runs_and_its_model_sees_ctxadmins_context(make_app, user):
+    app = make_app(name=f"barista-{user[-8:]}", scopes=("sessions", "memory"))
+    example = load_example()
+    model = await example.run(app.base_url, app.key, app.name, user=user)
+    first, second = model.requests
+    assert texts(first.contents) == ["I take my coffee black."]
+    recalled = texts(second.contents)
+    assert recalled[-1] == "How do I take my coffee?"
+    assert recalled.count("How do I take my coffee?") == 1
+    memory_blocks = [text for text in recalled if 'untrusted="true"' in text]
+    assert memory_blocks and "I take my coffee black." in memory_blocks[0]
+    assert second.config.system_instruction  # ADK's own instruction is left in place
+
+
+def test_the_current_input_is_added_only_when_the_history_lacks_it():
+    turn = {"role": "user", "parts": [{"text": "now"}]}
+    envelope = {
+        "memory": [],
+        "history": [
+            {"event_id": "e1", "content": {"role": "user", "parts": [{"text": "before"}]}},
+            {"event_id": "e2", "content": turn},
+        ],
+        "current_input": turn,
+    }
+    assert texts(contents_from(envelope, "e2")) == ["before", "now"]
+    assert texts(contents_from(envelope, None)) == ["before", "now", "now"]
+    envelope["history"] = envelope["history"][:1]
+    assert texts(contents_from(envelope, "e2")) == ["before", "now"]
