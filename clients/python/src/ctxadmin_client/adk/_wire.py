@@ -3,7 +3,9 @@
 An ADK ``Event`` travels as ``Event.model_dump(mode="json", exclude_none=True)`` writes it,
 with ``id`` sent as ``event_id`` and ``timestamp`` as float seconds; ctxadmin keeps every
 field it does not interpret as given. On the way back the server's own fields (``seq``,
-sizes, the content hash) are dropped and the timestamps read as float seconds again.
+sizes, the content hash) are dropped, null fields left unset, ``partial: false`` (every
+stored event's) left unset as ADK leaves it, and the timestamps read as float seconds again
+(ctxadmin keeps microseconds, as ADK's ``DatabaseSessionService`` does).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ def event_from_wire(doc: Mapping[str, Any]) -> Event:
         for key, value in doc.items()
         if key not in SERVER_EVENT_FIELDS and value is not None
     }
+    # A stored event is never partial: ctxadmin answers false where ADK leaves it unset.
+    if data.get("partial") is False:
+        del data["partial"]
     if "event_id" in data:
         data["id"] = data.pop("event_id")
     if "timestamp" in data:
