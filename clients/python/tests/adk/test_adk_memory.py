@@ -139,3 +139,17 @@ async def test_a_blank_query_finds_nothing(adk, user):
     await adk.memory.add_session_to_memory(conversation(adk.app, user, "m-6"))
     found = await adk.memory.search_memory(app_name=adk.app, user_id=user, query="   ")
     assert found == SearchMemoryResponse()
+
+
+async def test_event_memories_carry_the_calls_custom_metadata(adk, user):
+    await adk.memory.add_events_to_memory(
+        app_name=adk.app,
+        user_id=user,
+        events=[said(20, "user", "Call me after six on weekdays.")],
+        session_id="m-7",
+        custom_metadata={"channel": "sms"},
+    )
+    found = await adk.memory.search_memory(app_name=adk.app, user_id=user, query="weekdays")
+    assert texts(found) == ["Call me after six on weekdays."]
+    assert found.memories[0].custom_metadata == {"channel": "sms"}
+    assert found.memories[0].content.role == "user"

@@ -26,8 +26,6 @@ from ctxadmin_client.adk._connection import ConnectedService
 
 #: At most this many events go in one request (the API's batch limit).
 EVENTS_PER_REQUEST = 500
-#: The session id of events added without one.
-UNKNOWN_SESSION = "adk-unknown-session"
 #: As many hits as ADK's in-memory service returns at most.
 SEARCH_LIMIT = 10
 
@@ -71,9 +69,9 @@ class CtxAdminMemoryService(ConnectedService, BaseMemoryService):
         session_id: str | None = None,
         custom_metadata: Mapping[str, object] | None = None,
     ) -> None:
-        """Events with text become memories; the others are skipped. ``custom_metadata`` is
-        accepted and ignored, as ADK's in-memory service does; events without a session are
-        kept under ``UNKNOWN_SESSION``."""
+        """Events with text become memories, with ``custom_metadata`` as their metadata (beside
+        the ``role`` and ``source`` ctxadmin sets); the others are skipped. Adding an event
+        again adds nothing (it is keyed by session and event id, or by event id alone)."""
         wanted = [
             _wire.event_to_wire(event)
             for event in events
@@ -84,7 +82,8 @@ class CtxAdminMemoryService(ConnectedService, BaseMemoryService):
                 self._app(app_name),
                 user_id,
                 wanted[start : start + EVENTS_PER_REQUEST],
-                session_id=session_id or UNKNOWN_SESSION,
+                session_id=session_id,
+                custom_metadata=dict(custom_metadata) if custom_metadata else None,
             )
 
     @override
