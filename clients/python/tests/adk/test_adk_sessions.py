@@ -281,3 +281,15 @@ async def test_an_event_of_every_adk_field_round_trips(adk, user):
     await adk.sessions.append_event(session, event)
     stored = await adk.sessions.get_session(app_name=adk.app, user_id=user, session_id="rt")
     assert stored.events[0].model_dump(mode="json", exclude_none=True) == sent
+
+
+async def test_an_event_delivered_twice_is_stored_and_applied_once(adk, peer, user):
+    answers = []
+    for service in (adk.sessions, peer):
+        session = await service.create_session(app_name=adk.app, user_id=user, session_id="twice")
+        event = text_event(1, "once", state={"count": 1})
+        await service.append_event(session, event)
+        await service.append_event(session, event.model_copy(deep=True))
+        stored = await service.get_session(app_name=adk.app, user_id=user, session_id="twice")
+        answers.append(([e.id for e in session.events], [e.id for e in stored.events]))
+    assert answers[0] == answers[1] == (["ev-1"], ["ev-1"])

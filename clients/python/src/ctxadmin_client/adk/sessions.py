@@ -143,4 +143,7 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
         session._storage_update_marker = str(answer["revision"])
         updated = answer.get("updated_at")
         session.last_update_time = _wire.seconds(updated) if updated else event.timestamp
+        if answer.get("created") in (0, False) and any(e.id == event.id for e in session.events):
+            # The same event delivered again: stored once, applied once (as ADK's services do).
+            return event
         return self._commit_event_to_session(session, event)
