@@ -37,7 +37,7 @@ async def test_the_example_runs_and_its_model_sees_ctxadmins_context(make_app, u
     assert recalled[-1] == "How do I take my coffee?"
     assert recalled.count("How do I take my coffee?") == 1
     memory_blocks = [text for text in recalled if 'untrusted="true"' in text]
-    assert memory_blocks and "I take my coffee black." in memory_blocks[0]
+    assert any("I take my coffee black." in block for block in memory_blocks)
     assert second.config.system_instruction  # ADK's own instruction is left in place
 
 
