@@ -155,7 +155,7 @@ def user() -> str:
 
 class Scripted(ThreadingHTTPServer):
     """Answers each request with the next scripted (status, headers, body); ``"sleep"`` in
-    the script holds the answer back for a second. Records what it received."""
+    the script holds the answer back for three seconds. Records what it received."""
 
     daemon_threads = True
 
@@ -191,7 +191,7 @@ class Handler(BaseHTTPRequestHandler):
             )
             step = self.server.script.pop(0) if self.server.script else self.server.default
         if step == "sleep":
-            time.sleep(1.5)
+            time.sleep(3)
             step = self.server.default
         status, headers, payload = step
         data = json.dumps(payload).encode()

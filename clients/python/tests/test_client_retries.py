@@ -91,7 +91,7 @@ def test_a_timeout_is_a_transport_error(scripted_server):
 
 def test_a_timed_out_get_is_retried(scripted_server):
     scripted_server.script = ["sleep", OK]
-    with Client(scripted_server.url, "ctx_test", timeout=0.5, backoff=0) as client:
+    with Client(scripted_server.url, "ctx_test", timeout=1.0, backoff=0) as client:
         assert client.get_key("demo") == {"ok": True}
     assert len(scripted_server.received) == 2
 

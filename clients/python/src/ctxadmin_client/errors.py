@@ -63,6 +63,40 @@ class CtxAdminError(Exception):
         self.request_id = request_id
         self.retry_after = retry_after
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only arguments: rebuild through the class (pickling, other processes).
+        return (
+            _rebuild,
+            (
+                type(self),
+                self.message,
+                self.status,
+                self.code,
+                self.details,
+                self.request_id,
+                self.retry_after,
+            ),
+        )
+
+
+def _rebuild(
+    cls: type[CtxAdminError],
+    message: str,
+    status: int,
+    code: str,
+    details: dict[str, Any],
+    request_id: str | None,
+    retry_after: float | None,
+) -> CtxAdminError:
+    return cls(
+        message,
+        status=status,
+        code=code,
+        details=details,
+        request_id=request_id,
+        retry_after=retry_after,
+    )
+
 
 class ValidationError(CtxAdminError):
     """400 or 422: the request was refused as it stands (``details.field`` names the field)."""
