@@ -8,9 +8,9 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
 from django.db import models
-from django.db.models.functions import Now
+from django.db.models.functions import Lower, Now
 
-from ctxadmin.api.paths import APP_NAME_PATTERN
+from ctxadmin.api.paths import APP_NAME_PATTERN, APP_NAME_RULE
 
 SCOPE_SESSIONS = "sessions"
 SCOPE_MEMORY = "memory"
@@ -19,16 +19,15 @@ SCOPE_DIAGNOSTICS = "diagnostics"
 SCOPE_ADMIN = "admin"  # the app's own settings and keys
 SCOPES = (SCOPE_SESSIONS, SCOPE_MEMORY, SCOPE_CACHE, SCOPE_DIAGNOSTICS, SCOPE_ADMIN)
 
+APP_NAME_TAKEN = "An app with this name already exists (names are unique ignoring case)."
 app_name_validator = RegexValidator(
-    f"^{APP_NAME_PATTERN}$",
-    "An app name is 1-63 lowercase letters, digits and hyphens, starting and ending with a "
-    "letter or digit.",
-    code="invalid_app_name",
+    rf"^{APP_NAME_PATTERN}\Z", f"An app name is {APP_NAME_RULE}.", code="invalid_app_name"
 )
 
 
 class App(models.Model):
-    """A tenant. Everything an API key can reach belongs to exactly one app."""
+    """A tenant. Everything an API key can reach belongs to exactly one app. Its name is unique
+    ignoring case (``My_App`` and ``my_app`` are one tenant's name); URLs spell it exactly."""
 
     name = models.CharField(max_length=63, unique=True, validators=[app_name_validator])
     display_name = models.CharField(max_length=200, blank=True)
@@ -37,6 +36,14 @@ class App(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                Lower("name"),
+                name="app_name_unique_ignoring_case",
+                violation_error_code="app_name_taken",
+                violation_error_message=APP_NAME_TAKEN,
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

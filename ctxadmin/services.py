@@ -8,17 +8,28 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from ctxadmin.keys import generate_key, hash_key
-from ctxadmin.models import SCOPES, ApiKey, App
+from ctxadmin.models import APP_NAME_TAKEN, SCOPES, ApiKey, App
 from ctxadmin.pruning import MAX_ECHOED, echoed
 
 
 def create_app(name: str, display_name: str = "") -> App:
+    """A new app; a name that breaks the rule, or is taken (ignoring case), is a
+    ``ValidationError`` on ``name``, also when a concurrent create wins the race."""
     app = App(name=name, display_name=display_name)
-    app.full_clean()
-    app.save()
+    try:
+        app.full_clean(validate_unique=False, validate_constraints=False)
+        taken = App.objects.alias(folded=Lower("name")).filter(folded=name.lower()).exists()
+        if not taken:
+            with transaction.atomic():
+                app.save()
+    except IntegrityError:
+        taken = True
+    if taken:
+        raise ValidationError({"name": APP_NAME_TAKEN})
     return app
 
 

@@ -1,15 +1,18 @@
 """Path segment rules for ``{app}``, ``{user}`` and ``{sid}`` (pure; no Django import).
 
-App names are slugs. User and session ids are client strings restricted to a safe charset:
-they start with a letter or digit (so ``.``/``..`` and leading separators are impossible),
-and carry no slash, whitespace, control or non-ASCII character (no unicode look-alikes).
+App names are 1-63 characters from ``A-Z a-z 0-9 _ -``: every name Google ADK accepts for an
+app or derives from a Python package, and nothing a URL has to escape. User and session ids
+are client strings restricted to a safe charset: they start with a letter or digit (so
+``.``/``..`` and leading separators are impossible), and carry no slash, whitespace, control
+or non-ASCII character (no unicode look-alikes).
 """
 
 from __future__ import annotations
 
 import re
 
-APP_NAME_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+APP_NAME_PATTERN = r"[A-Za-z0-9_-]{1,63}"
+APP_NAME_RULE = "1-63 characters from A-Z a-z 0-9 _ -"
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}"
 MAX_ID_LENGTH = 128
 # Artifact names: the id charset, up to 256 characters, never ``..``; ``user:`` (the user's
@@ -17,7 +20,7 @@ MAX_ID_LENGTH = 128
 ARTIFACT_NAME_PATTERN = r"(?!.*\.\.)(?!user:(?![A-Za-z0-9]))[A-Za-z0-9][A-Za-z0-9._:@-]{0,255}"
 
 _RULES = {
-    "app": (re.compile(rf"^{APP_NAME_PATTERN}\Z"), "1-63 lowercase letters, digits and '-'"),
+    "app": (re.compile(rf"^{APP_NAME_PATTERN}\Z"), APP_NAME_RULE),
     "user": (
         re.compile(rf"^{ID_PATTERN}\Z"),
         "1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit",

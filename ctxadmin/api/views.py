@@ -47,12 +47,14 @@ class AppScopedView(GenericAPIView):
         tool_token = key if isinstance(key, DelegatedCredential) else None
         if not isinstance(key, ApiKey) and tool_token is None:
             raise exceptions.NotAuthenticated()
-        if key.app.name != kwargs.get("app"):
-            raise exceptions.NotFound()
+        # Every segment's syntax first (it says nothing of other tenants), then the tenant:
+        # another app's name, exactly as created, is a 404.
         for name, value in kwargs.items():
             problem = path_segment_error(name, value)
             if problem:
                 raise ServiceError("invalid_path_parameter", problem, details={"parameter": name})
+        if key.app.name != kwargs.get("app"):
+            raise exceptions.NotFound()
         if tool_token is not None:
             self._check_tool_token(tool_token, request.method, kwargs)
         else:

@@ -117,7 +117,7 @@ def test_a_staff_session_reaches_every_app(world, staff):
     assert staff.get("/dev/v1/outbox/acme/stats?x=1").json()["error"]["code"] == (
         "unknown_parameter"
     )
-    assert staff.get("/dev/v1/outbox/Bad_App/stats").status_code == 400
+    assert staff.get("/dev/v1/outbox/bad.app/stats").status_code == 400
     receipt = staff.post(f"{MEMORY}/erase", {"confirm": f"erase user {USER}"}, format="json")
     assert receipt.status_code == 200, receipt.content
     operator = get_user_model().objects.get(username="operator")

@@ -1,14 +1,18 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from ctxadmin.api.paths import APP_NAME_RULE
 from ctxadmin.services import create_app
 
 
 class Command(BaseCommand):
-    help = "Create an app (tenant). Its name is a slug used in every API URL."
+    help = (
+        "Create an app (tenant). Its name is used, exactly as given, in every API URL; it is "
+        "unique ignoring case."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("name", help="1-63 lowercase letters, digits and '-'")
+        parser.add_argument("name", help=APP_NAME_RULE)
         parser.add_argument("--display-name", default="")
 
     def handle(self, *args, name, display_name, **options):
