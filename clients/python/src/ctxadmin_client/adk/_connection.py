@@ -11,9 +11,9 @@ from ctxadmin_client import AsyncClient
 class Connection:
     """What each ADK service holds: the client, and the ctxadmin app an ADK app name maps to.
 
-    ``app``: the ctxadmin app every call goes to whatever ``app_name`` ADK passes (for an ADK
-    app whose name is not a ctxadmin app name: ctxadmin's are lowercase letters, digits and
-    ``-``). Without it, ADK's ``app_name`` is the ctxadmin app's name.
+    ``app``: the ctxadmin app every call goes to whatever ``app_name`` ADK passes (one ctxadmin
+    app for several ADK apps, or an app of another name). Without it, ADK's ``app_name`` is
+    the ctxadmin app's name.
     """
 
     def __init__(
