@@ -38,6 +38,25 @@ from sessions_app.selectors import EventError, decode, parse_timestamp
 LIVE = "(expires_at IS NULL OR expires_at > now())"
 
 
+def parse_metadata(metadata: Any, path: str = "metadata") -> dict:
+    """A memory's metadata: an object whose keys are 1-256 characters starting with a letter
+    or digit, values under secret-named keys redacted, at most
+    ``CTXADMIN_MEMORY_MAX_METADATA_BYTES`` of canonical JSON."""
+    if not isinstance(metadata, dict):
+        raise invalid(path, "must be an object")
+    for key in metadata:
+        if not KEY.match(key) and not is_secret_key(key):
+            raise invalid(
+                f"{path}.{echoed(key)}",
+                "keys are 1-256 characters, starting with a letter or digit",
+            )
+    metadata = redact_metadata(metadata)
+    metadata_limit = settings.CTXADMIN_MEMORY_MAX_METADATA_BYTES
+    if canonical_size(metadata) > metadata_limit:
+        raise invalid(path, f"must be at most {metadata_limit} bytes")
+    return metadata
+
+
 def parse_new_memory(body: Any) -> NewMemory:
     strict_object(body, ADD_KEYS)
     content = body.get("content")
@@ -48,19 +67,7 @@ def parse_new_memory(body: Any) -> NewMemory:
         raise invalid("content", f"must be at most {limit} bytes of UTF-8")
     if "\x00" in content:
         raise invalid("content", "must not contain NUL characters")
-    metadata = body.get("metadata", {})
-    if not isinstance(metadata, dict):
-        raise invalid("metadata", "must be an object")
-    for key in metadata:
-        if not KEY.match(key) and not is_secret_key(key):
-            raise invalid(
-                f"metadata.{echoed(key)}",
-                "keys are 1-256 characters, starting with a letter or digit",
-            )
-    metadata = redact_metadata(metadata)
-    metadata_limit = settings.CTXADMIN_MEMORY_MAX_METADATA_BYTES
-    if canonical_size(metadata) > metadata_limit:
-        raise invalid("metadata", f"must be at most {metadata_limit} bytes")
+    metadata = parse_metadata(body.get("metadata", {}))
     provenance = body.get("provenance")
     if provenance is None:
         provenance = {}
@@ -223,7 +230,7 @@ def add_memory(
                  embedding_model, content_bytes, created_at, updated_at, expires_at,
                  retain_until)
             VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
-                    to_tsvector(%s::regconfig, %s), %s::vector, %s, %s, now(), now(),
+                    memory_search_vector(%s::regconfig, %s), %s::vector, %s, %s, now(), now(),
                     now() + %s::integer * interval '1 second',
                     now() + %s::integer * interval '1 day')
             ON CONFLICT (app_id, user_id, idempotency_key)

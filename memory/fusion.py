@@ -84,3 +84,16 @@ def filled(found: list[str], limit: int) -> list[tuple]:
     return [
         (entry_id, 1.0 / (RRF_K + rank)) for rank, entry_id in enumerate(found[:limit], start=1)
     ]
+
+
+def evidenced(
+    ranked: list[tuple], lexical: set[str], cosines: dict[str, float], min_similarity: float
+) -> list[tuple]:
+    """The entries of ``ranked`` with evidence of relevance: a lexical match (an id in
+    ``lexical``), or a cosine similarity to the query (``cosines``) at or above
+    ``min_similarity``. Order and scores are kept."""
+    return [
+        (entry_id, score)
+        for entry_id, score in ranked
+        if entry_id in lexical or cosines.get(entry_id, -math.inf) >= min_similarity
+    ]

@@ -2,8 +2,9 @@
 
 Partial events, events without text (control events: state or artifact changes only),
 empty text and text that looks like it carries a credential are skipped. Each stored event
-has the deterministic idempotency key ``session:<session_id>:<event_id>``, so repeating the
-same call adds nothing and reports duplicates.
+has a deterministic idempotency key, ``session:<session_id>:<event_id>``, or without a
+session ``event:<event_id>`` (an event id within the user's scope), so repeating the same
+call adds nothing and reports duplicates.
 """
 
 from __future__ import annotations
@@ -58,7 +59,27 @@ def skip_reason(event: dict) -> str | None:
     return reason
 
 
-def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> IngestResult:
+# The metadata keys every entry from an event carries, which custom metadata cannot set.
+EVENT_METADATA_KEYS = frozenset({"role", "source"})
+
+
+def event_key(session_id: str | None, event_id: str) -> str:
+    """The idempotency key of the entry made from an event."""
+    if session_id is None:
+        return f"event:{event_id}"
+    return f"session:{session_id}:{event_id}"
+
+
+def add_events(
+    app: App,
+    user_id: str,
+    session_id: str | None,
+    raw_events: list,
+    custom_metadata: dict | None = None,
+) -> IngestResult:
+    """The events' text as memories of the scope, with ``session_id`` as their provenance
+    (None: none) and ``custom_metadata`` (already parsed) beside their ``role`` and
+    ``source``."""
     if not isinstance(raw_events, list) or not 1 <= len(raw_events) <= MAX_INGEST_EVENTS:
         raise invalid("events", f"must be a list of 1 to {MAX_INGEST_EVENTS} events")
     events = []
@@ -78,9 +99,9 @@ def add_events(app: App, user_id: str, session_id: str, raw_events: list) -> Ing
         role = (event["content"] or {}).get("role", "")
         new = NewMemory(
             content=event_text(event),
-            metadata={"role": role, "source": "session"},
-            idempotency_key=f"session:{session_id}:{event['event_id']}",
-            session_id=session_id,
+            metadata={**(custom_metadata or {}), "role": role, "source": "session"},
+            idempotency_key=event_key(session_id, event["event_id"]),
+            session_id=session_id or "",
             event_id=event["event_id"],
             author=event["author"],
             source_timestamp=event.get("timestamp"),

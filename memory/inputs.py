@@ -39,6 +39,16 @@ MAX_QUERY_BYTES = 4096
 MAX_WEIGHT = 100
 # What a hit's score is: BM25 (lexical), cosine similarity (vector), or a hybrid fusion's.
 SCORE_TYPES = ("bm25", "cosine", "rrf", "weighted")
+# ``min_score`` is compared with each hit's score, on its mode's scale: BM25 (0 and up),
+# cosine similarity (-1 to 1), a hybrid fusion's score (0 and up: RRF's sum of
+# ``weight / (60 + rank)``, or the weighted sum of min-max normalised scores). Given, it
+# replaces the default relevance floor (``memory/search.py``).
+MAX_BM25_MIN_SCORE = 1_000_000.0
+MIN_SCORE_RANGES = {
+    "lexical": (0.0, MAX_BM25_MIN_SCORE),
+    "vector": (-1.0, 1.0),
+    "hybrid": (0.0, 2.0 * MAX_WEIGHT),
+}
 MAX_EPOCH = 2**63 - 1
 # The session events one synchronous ingestion call takes (``memory/ingest.py``).
 MAX_INGEST_EVENTS = 500
@@ -103,12 +113,15 @@ def parse_search(body: Any) -> SearchRequest:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
         raise invalid("limit", f"must be an integer from 1 to {MAX_SEARCH_LIMIT}")
     min_score = body.get("min_score")
-    if min_score is not None and (
-        isinstance(min_score, bool)
-        or not isinstance(min_score, int | float)
-        or not math.isfinite(min_score)
-    ):
-        raise invalid("min_score", "must be a number")
+    if min_score is not None:
+        low, high = MIN_SCORE_RANGES[mode]
+        if (
+            isinstance(min_score, bool)
+            or not isinstance(min_score, int | float)
+            or not math.isfinite(min_score)
+            or not low <= min_score <= high
+        ):
+            raise invalid("min_score", f"must be a number from {low:g} to {high:g} in {mode} mode")
     weights = body.get("weights")
     if weights is not None:
         if not isinstance(weights, dict) or set(weights) - {"lexical", "vector"} or not weights:

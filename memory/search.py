@@ -9,6 +9,7 @@ bound to ``app_id = %s AND user_id = %s`` by the caller's key and path.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -19,7 +20,17 @@ from ctxadmin.errors import ServiceError
 from ctxadmin.models import App
 from memory import embedders, governance, scope_index
 from memory.entries import LIVE
-from memory.fusion import BM25_B, BM25_K1, Fusion, bm25_ceiling, bm25_idf, choose, filled, fuse
+from memory.fusion import (
+    BM25_B,
+    BM25_K1,
+    Fusion,
+    bm25_ceiling,
+    bm25_idf,
+    choose,
+    evidenced,
+    filled,
+    fuse,
+)
 from memory.inputs import SearchRequest
 from memory.vectors import vector_text
 from sessions_app.selectors import decode
@@ -64,7 +75,7 @@ def _query_terms(app: App, user_id: str, query: str) -> tuple[list[_Term], float
         cursor.execute(
             """
             SELECT q.lexeme, t.entries, s.entries, s.lexemes
-              FROM unnest(to_tsvector(%s::regconfig, %s)) q
+              FROM unnest(memory_search_vector(%s::regconfig, %s, true)) q
               JOIN memory_scopestats s ON (s.app_id, s.user_id) = (%s, %s)
               JOIN memory_termstats t ON (t.app_id, t.user_id, t.lexeme) = (%s, %s, q.lexeme)
              ORDER BY t.entries, q.lexeme
@@ -304,23 +315,34 @@ def fusion_for(request: SearchRequest, embedder=None) -> Fusion:
 
 
 def _fused(app: App, user_id: str, request: SearchRequest, fusion: Fusion, embedder) -> list[tuple]:
+    """The two rankings fused; without a ``min_score``, only the entries with evidence
+    (``memory.fusion.evidenced``: a lexical match, or the embedder's ``min_similarity``)."""
     depth = max(50, request.limit * 3)
     lexical = _lexical(app, user_id, request, depth) if fusion.lexical else []
     vector = _vector(app, user_id, request, depth, embedder) if fusion.vector else []
-    return fuse(fusion, lexical, vector, request.limit)
+    if request.min_score is not None:
+        return fuse(fusion, lexical, vector, request.limit)
+    ranked = fuse(fusion, lexical, vector, len(lexical) + len(vector))
+    # A lexical match is evidence even where the lexical ranking weighs nothing.
+    matched = lexical if fusion.lexical else _lexical(app, user_id, request, depth)
+    held = {entry_id for entry_id, _score in matched}
+    cosines = {entry_id: float(score) for entry_id, score in vector}
+    return evidenced(ranked, held, cosines, embedder.min_similarity)[: request.limit]
 
 
 def _lexical_then_vector(app: App, user_id: str, request: SearchRequest, embedder) -> list[tuple]:
     """Hybrid search with an embedder that only fills (fusion weight 0): the lexical
     ranking, then, only where it holds fewer than ``limit`` entries, the vector ranking's
-    entries it does not hold; scored on the RRF scale, rank by rank."""
+    entries it does not hold (without a ``min_score``, those at the embedder's
+    ``min_similarity`` or above); scored on the RRF scale, rank by rank."""
     found = [entry_id for entry_id, _score in _lexical(app, user_id, request, request.limit)]
     if len(found) < request.limit:
         held = set(found)
+        floor = -math.inf if request.min_score is not None else embedder.min_similarity
         found += [
             entry_id
-            for entry_id, _score in _vector(app, user_id, request, request.limit, embedder)
-            if entry_id not in held
+            for entry_id, score in _vector(app, user_id, request, request.limit, embedder)
+            if entry_id not in held and score >= floor
         ]
     return filled(found, request.limit)
 
@@ -380,9 +402,12 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
             for entry_id, score in _lexical(app, user_id, request, request.limit)
         ]
     elif request.mode == "vector":
+        embedder = embedders.embedder_from_settings()
+        floor = embedder.min_similarity if request.min_score is None else -math.inf
         ranked = [
             (entry_id, float(score))
-            for entry_id, score in _vector(app, user_id, request, request.limit)
+            for entry_id, score in _vector(app, user_id, request, request.limit, embedder)
+            if score >= floor
         ]
     else:
         embedder = embedders.embedder_from_settings()  # once: an HTTP one is built per call

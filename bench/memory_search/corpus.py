@@ -137,7 +137,7 @@ def bulk_load(database_url: str, app_id: int, plan: list[tuple[str, int]], words
                 (id, app_id, user_id, content, content_sha256, metadata, search, embedding,
                  embedding_model, content_bytes, created_at, updated_at)
             SELECT gen_random_uuid(), %s, user_id, content, sha, '{}'::jsonb,
-                   to_tsvector(%s::regconfig, content), embedding::vector, %s, bytes,
+                   memory_search_vector(%s::regconfig, content), embedding::vector, %s, bytes,
                    now(), now()
               FROM bench_stage
             """,

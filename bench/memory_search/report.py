@@ -233,7 +233,7 @@ def _scale_report(results: dict) -> str:
 
 One user's scope, beside {first["other_scopes"]} other scopes of
 {first["other_scope_rows"]:,} entries each, loaded directly with `COPY` as the service writes
-entries (`to_tsvector('{TS_CONFIG}', content)`, the hashing embedding computed in Python),
+entries (`memory_search_vector('{TS_CONFIG}', content)`, the hashing embedding computed in Python),
 with the shared HNSW index (m = 16, ef_construction = 64) and the loaded scopes' own indexes
 dropped during each load and built again after (every scope here holds at least 10,000
 entries, so each has its own index: `memory/scope_index.py`, built by `manage.py

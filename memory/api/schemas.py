@@ -8,6 +8,7 @@ from memory.inputs import (
     EMBED_MODES,
     INGESTION_MODES,
     KEY_PATTERN,
+    MAX_BM25_MIN_SCORE,
     MAX_INGEST_EVENTS,
     MAX_KEY_LENGTH,
     MAX_QUERY_BYTES,
@@ -119,7 +120,18 @@ COMPONENTS = {
                 "(UTF-8) of string values in all; beyond, 400 `validation_error` on `filter`.",
             },
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT},
-            "min_score": {"type": "number", "nullable": True},
+            "min_score": {
+                "type": "number",
+                "nullable": True,
+                "description": "Keep only hits whose `score` is at least this, on the mode's "
+                f"scale: BM25 in lexical mode (0 to {MAX_BM25_MIN_SCORE:g}), cosine similarity "
+                "in vector mode (-1 to 1), the fused score in hybrid mode (`rrf` or "
+                f"`weighted`, 0 to {2 * MAX_WEIGHT}); out of its mode's range, 400 "
+                "`validation_error`. Given, it replaces the default relevance floor (a lexical "
+                "match, or a cosine similarity at or above the embedder's calibrated "
+                "threshold; README, memory search): `0` in hybrid mode or `-1` in vector mode "
+                "returns the top `limit` whatever their evidence.",
+            },
             # null: the embedder's measured fusion, as when absent.
             "weights": {
                 **_strict(
@@ -166,15 +178,30 @@ COMPONENTS = {
 
 COMPONENTS["MemoryEventsRequest"] = _strict(
     {
-        "session_id": _SESSION_ID,
+        "session_id": {
+            **_SESSION_ID,
+            "nullable": True,
+            "description": "The events' session: their memories' provenance, and part of "
+            "each one's idempotency key (`session:<session_id>:<event_id>`). Absent or "
+            "null: no session; each is keyed by its event id in the user's scope "
+            "(`event:<event_id>`), so a repeat is still a duplicate.",
+        },
         "events": {
             "type": "array",
             "items": {"$ref": "#/components/schemas/EventInput"},
             "minItems": 1,
             "maxItems": MAX_INGEST_EVENTS,
         },
+        "custom_metadata": {
+            **_OBJECT,
+            "nullable": True,
+            "description": "Metadata stored on every memory made from these events, beside "
+            "their `role` and `source` (which it cannot set): the same keys, redaction and "
+            "size limit as a memory's `metadata`. ADK's `add_events_to_memory` "
+            "`custom_metadata`. A repeated event keeps the metadata it was first stored with.",
+        },
     },
-    ["session_id", "events"],
+    ["events"],
 )
 COMPONENTS["MemoryEventsResult"] = _strict(
     {

@@ -1,12 +1,15 @@
 """``embed_all``, the one way to call an embedder: it bounds the inputs, splits them into
 calls, and checks every reply (one finite vector of the right dimension per input) before
 anything is returned; its vectors are L2-normalised, so cosine similarity is a dot product.
+Every text is embedded in its NFC form, so canonically equivalent texts (``Café`` precomposed
+or decomposed) get the same vector.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import unicodedata
 from collections.abc import Sequence
 from itertools import repeat
 from operator import mul
@@ -32,7 +35,7 @@ def embed_memories(embedder: Embedder, texts: Sequence[str]) -> list[list[float]
     limits = EmbeddingLimits()
     return embed_all(
         embedder,
-        [clip_utf8(text, limits.max_input_bytes) for text in texts],
+        [clip_utf8(unicodedata.normalize("NFC", text), limits.max_input_bytes) for text in texts],
         limits=limits,
         deadline=time.monotonic() + limits.timeout_s,
     )
@@ -45,7 +48,8 @@ def embed_all(
     limits: EmbeddingLimits | None = None,
     deadline: float,
 ) -> list[list[float]]:
-    """One unit vector per text, in order, or ``EmbeddingError`` and nothing at all.
+    """One unit vector per text (of its NFC form), in order, or ``EmbeddingError`` and
+    nothing at all.
 
     Every input is measured before the first call (one over ``max_input_bytes`` fails the
     whole request with ``embedding_input_too_large``). Inputs go out in calls of at most
@@ -66,6 +70,9 @@ def embed_all(
             size = len(text.encode("utf-8"))
         except UnicodeEncodeError:
             raise ValueError(f"texts[{position}] is not valid Unicode (a lone surrogate)") from None
+        if not text.isascii():
+            text = texts[position] = unicodedata.normalize("NFC", text)
+            size = len(text.encode("utf-8"))
         if size > limits.max_input_bytes:
             raise EmbeddingError(
                 "embedding_input_too_large",

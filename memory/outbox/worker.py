@@ -167,7 +167,7 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
              session_id, event_id, author, source_timestamp, search, embedding,
              embedding_model, content_bytes, created_at, updated_at, expires_at, retain_until)
         SELECT i.id, %s, %s, i.content, i.digest, i.metadata::jsonb, i.key, %s, i.event_id,
-               i.author, i.ts::timestamptz, to_tsvector(%s::regconfig, i.content),
+               i.author, i.ts::timestamptz, memory_search_vector(%s::regconfig, i.content),
                i.vector::vector, CASE WHEN i.vector IS NULL THEN '' ELSE %s END,
                octet_length(i.content), statement_timestamp(), statement_timestamp(),
                statement_timestamp() + %s::integer * interval '1 second',

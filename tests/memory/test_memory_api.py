@@ -199,9 +199,14 @@ class TestSearch:
         assert {h["id"] for h in hits["hits"]} >= {seeded[0]["id"], seeded[2]["id"]}
 
     def test_vector_and_hybrid(self, api, seeded):
+        # The two entries about Caroline are evidence; the sunrise and the weather are not.
         vector = search(api, query="support group Caroline", mode="vector", limit=4)["hits"]
-        assert len(vector) == 4 and vector[0]["score_type"] == "cosine"
-        assert vector[0]["id"] == seeded[0]["id"]
+        assert [hit["id"] for hit in vector] == [seeded[0]["id"], seeded[2]["id"]]
+        assert vector[0]["score_type"] == "cosine"
+        everything = search(
+            api, query="support group Caroline", mode="vector", limit=4, min_score=-1
+        )["hits"]
+        assert len(everything) == 4 and everything[:2] == vector
         hybrid = search(api, query="support group Caroline", limit=2)["hits"]
         assert hybrid[0]["id"] == seeded[0]["id"] and hybrid[0]["score_type"] == "rrf"
         assert len(hybrid) == 2

@@ -15,6 +15,7 @@ from memory.fusion import (
     bm25_ceiling,
     bm25_idf,
     choose,
+    evidenced,
     filled,
     fuse,
     normalised,
@@ -77,3 +78,11 @@ def test_fusion_holds_each_entry_once_best_first_within_the_limit(lexical, vecto
     assert set(ids) <= {entry_id for entry_id, _ in lexical + vector}
     scores = [score for _, score in fused]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_evidence_is_a_lexical_match_or_a_cosine_at_the_floor():
+    ranked = [("lexical-only", 0.9), ("near", 0.8), ("at", 0.7), ("far", 0.6), ("both", 0.5)]
+    cosines = {"near": 0.5, "at": 0.3, "far": 0.29, "both": -0.2}
+    kept = evidenced(ranked, {"lexical-only", "both"}, cosines, 0.3)
+    assert kept == [("lexical-only", 0.9), ("near", 0.8), ("at", 0.7), ("both", 0.5)]
+    assert evidenced(ranked, set(), {}, -1.0) == []  # no cosine known: no evidence

@@ -37,6 +37,12 @@ def test_a_search_request_has_its_defaults():
         ({"query": "q", "limit": inputs.MAX_SEARCH_LIMIT + 1}, "limit"),
         ({"query": "q", "limit": True}, "limit"),
         ({"query": "q", "min_score": float("nan")}, "min_score"),
+        ({"query": "q", "min_score": "0.5"}, "min_score"),
+        ({"query": "q", "min_score": True}, "min_score"),
+        ({"query": "q", "min_score": -0.1}, "min_score"),  # hybrid: a fused score, >= 0
+        ({"query": "q", "mode": "lexical", "min_score": -1}, "min_score"),  # BM25 >= 0
+        ({"query": "q", "mode": "vector", "min_score": 1.01}, "min_score"),  # cosine
+        ({"query": "q", "mode": "vector", "min_score": -1.01}, "min_score"),
         ({"query": "q", "weights": {}}, "weights"),
         ({"query": "q", "weights": {"vector": inputs.MAX_WEIGHT + 1}}, "weights.vector"),
         ({"query": "q", "weights": {"lexical": 0, "vector": 0}}, "weights"),
@@ -109,3 +115,14 @@ def test_consent_legal_hold_and_erasure_confirmation():
     assert refused(inputs.parse_user_confirmation, {"confirm": "erase user bob"}, "alice")[0] == (
         "confirm"
     )
+
+
+@pytest.mark.parametrize(
+    ("mode", "low", "high"),
+    [("lexical", 0, inputs.MAX_BM25_MIN_SCORE), ("vector", -1, 1), ("hybrid", 0, 200)],
+)
+def test_min_score_takes_its_mode_s_whole_scale(mode, low, high):
+    for value in (low, high):
+        assert inputs.parse_search({"query": "q", "mode": mode, "min_score": value}).min_score == (
+            value
+        )

@@ -231,9 +231,14 @@ class TestHybridWithTheHashingEmbedder:
         assert lexical["hits"] == []  # a misspelling no lexeme matches
         hybrid = search(api, query="dalmation", limit=2)
         assert set(ids(hybrid)) == {exact["id"], misspelt["id"]}
-        # Lexical hits come first, then the vector ranking's others.
+        # Lexical hits come first, then the vector ranking's others with evidence: with
+        # "puppy" beside it, the misspelling's n-grams weigh too little for the vet visit
+        # (cosine 0.096), and the budget review shares nothing with the query; min_score
+        # lifts the floor.
         mixed = search(api, query="puppy dalmation", limit=3)
-        assert ids(mixed) == [exact["id"], misspelt["id"], budget["id"]]
+        assert ids(mixed) == [exact["id"]]
+        everything = search(api, query="puppy dalmation", limit=3, min_score=0)
+        assert ids(everything) == [exact["id"], misspelt["id"], budget["id"]]
 
     def test_explicit_weights_fuse_both_rankings(self, api):
         add(api, content="we adopted a dalmatian puppy")
@@ -262,7 +267,8 @@ class TestHybridWithTheHashingEmbedder:
         query = "puppy slippers"
 
         def normalised(mode):
-            hits = search(api, query=query, mode=mode, limit=50)["hits"]
+            floor = {"lexical": 0, "vector": -1}[mode]  # every hit, as fusion ranks them
+            hits = search(api, query=query, mode=mode, limit=50, min_score=floor)["hits"]
             scores = {hit["id"]: hit["score"] for hit in hits}
             high, low = max(scores.values()), min(scores.values())
             return {key: (value - low) / (high - low) for key, value in scores.items()}
@@ -272,10 +278,20 @@ class TestHybridWithTheHashingEmbedder:
             key: 0.25 * lexical.get(key, 0) + 0.75 * vector.get(key, 0)
             for key in {*lexical, *vector}
         }
-        hybrid = search(api, query=query, weights={"lexical": 0.25, "vector": 0.75}, limit=5)
+        weights = {"lexical": 0.25, "vector": 0.75}
+        hybrid = search(api, query=query, weights=weights, limit=5, min_score=0)
         got = {hit["id"]: hit["score"] for hit in hybrid["hits"]}
         assert got == pytest.approx(expected, abs=1e-5)
         assert ids(hybrid) == sorted(expected, key=lambda key: -expected[key])
+        # By default, the same scores for the entries with evidence only: the kitten videos
+        # and the garden share no word with the query and point nowhere near it.
+        floored = search(api, query=query, weights=weights, limit=5)
+        assert [hit["content"] for hit in floored["hits"]] == [
+            hit["content"]
+            for hit in hybrid["hits"]
+            if "kitten v" not in hit["content"] and "garden" not in hit["content"]
+        ]
+        assert len(floored["hits"]) == 3
 
 
 def test_each_embedder_s_default_fusion(settings):
