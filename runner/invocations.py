@@ -30,6 +30,7 @@ from ctxadmin.errors import ServiceError
 from ctxadmin.models import App
 from ctxadmin.providers import generate as provider_generate
 from ctxadmin.providers.base import ProviderError, get_connection
+from ctxadmin.providers.generate import sendable
 from memory.outbox import admission as outbox_admission
 from runner import context, fake_model
 from runner.inputs import InvocationRequest
@@ -199,8 +200,8 @@ def _context(session: Session, request: InvocationRequest, deadline: float):
             built = context.build_context(session, request.context)
             built.accounting["compaction_id"] = str(checkpoint.compaction_id)
     envelope = json.loads(built.envelope_json)
-    history = [item for item in envelope["history"] if item.get("content")]
-    contents = [item["content"] for item in history]
+    history = [item for item in envelope["history"] if sendable(item.get("content"))]
+    contents = [sendable(item["content"]) for item in history]
     contents += [item["content"] for item in envelope["memory"]]
     contents.append(envelope["current_input"])
     return built, contents, history, policy
@@ -216,7 +217,7 @@ def _cache(app, user_id, request, history, contents, deadline):
     # The stable prefix: instructions, tools and the history up to the newest checkpoint
     # (it stays the same between compactions; what follows it is sent every time).
     cut = max((i + 1 for i, item in enumerate(history) if "checkpoint_id" in item), default=0)
-    prefix_contents = [item["content"] for item in history[:cut]]
+    prefix_contents = [sendable(item["content"]) for item in history[:cut]]
     tools = (
         [{"functionDeclarations": request.agent.declarations}] if request.agent.declarations else []
     )

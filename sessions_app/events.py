@@ -18,6 +18,8 @@ from typing import Any
 from ctxadmin.canonical import canonical_json, canonical_size, fingerprint
 from ctxadmin.pruning import echoed, prune_secrets
 from ctxadmin.timestamps import iso_timestamp
+from sessions_app.adk_fields import KeptFieldError, check_field, unknown_key
+from sessions_app.adk_shapes import MODELS
 
 # Kinds of content, as bits (stored in Event.kinds; filterable in SQL and in Python).
 TEXT = 1
@@ -28,6 +30,14 @@ MODEL_CONTENT = 16
 # A compaction event (ADK's ``actions.compaction``): a record for ADK-shaped readers, never
 # history itself; the checkpoint it names renders in its place.
 COMPACTION = 32
+# A client's own compaction (ADK's ``EventsCompactionConfig``): its compacted content stands
+# in for the events of its time span; and a client's rewind (``rewind_before_invocation_id``)
+# hides the invocations it rewinds. Neither is history itself (sessions_app.context.adk_view).
+CLIENT_COMPACTION = 64
+REWIND = 128
+MARKERS = CLIENT_COMPACTION | REWIND
+# Events that are never read as ordinary history, by the context builder or by compaction.
+NOT_HISTORY = COMPACTION | MARKERS
 KIND_BITS = {
     "text": TEXT,
     "function_call": FUNCTION_CALL,
@@ -45,6 +55,9 @@ class EventLimits:
     max_inline_data_bytes: int = 1024 * 1024
     max_state_keys: int = 256
     max_metadata_bytes: int = 16 * 1024
+    # The ADK fields kept beside the interpreted ones at the event's top level (canonical
+    # JSON); what is kept inside content and actions counts toward ``max_event_bytes``.
+    max_kept_bytes: int = 256 * 1024
 
 
 class EventError(ValueError):
@@ -81,7 +94,11 @@ EVENT_KEYS = frozenset(
         "custom_metadata",
     }
 )
-ACTION_KEYS = frozenset({"state_delta", "artifact_delta"})
+# ADK's Event fields kept as given beside them (``id`` is ctxadmin's ``event_id``).
+KEPT_EVENT_KEYS = frozenset(MODELS["Event"]) - EVENT_KEYS - {"id"}
+ACTION_KEYS = frozenset(
+    {"state_delta", "artifact_delta", "compaction", "rewind_before_invocation_id"}
+)
 USAGE_KEYS = frozenset(
     {
         "prompt_token_count",
@@ -148,83 +165,141 @@ def parse_timestamp(value: Any, path: str = "timestamp") -> datetime:
     raise EventError(path, "must be an ISO 8601 string or seconds since the epoch")
 
 
+def _kept(value: dict, model: str, path: str, interpreted: frozenset[str]) -> dict:
+    """The ADK fields of ``value`` ctxadmin does not interpret, checked and kept as given;
+    a key outside ``model`` is refused."""
+    fields = MODELS[model]
+    try:
+        unknown_key(value, model, path, interpreted)
+        for key, item in value.items():
+            if key not in interpreted:
+                check_field(item, fields[key], f"{path}.{key}", 1)
+    except KeptFieldError as exc:
+        raise EventError(exc.path, exc.message) from None
+    return {key: item for key, item in value.items() if key not in interpreted}
+
+
+_BASE64 = re.compile(r"^[A-Za-z0-9+/_-]*={0,2}\Z")
+_URLSAFE = str.maketrans("-_", "+/")
+
+
+def _base64(data: str, path: str) -> bytes:
+    """Standard or URL-safe base64 (pydantic writes ADK's bytes URL-safe), padded."""
+    try:
+        if len(data) % 4 or not _BASE64.match(data):
+            raise ValueError
+        return base64.b64decode(data.translate(_URLSAFE), validate=True)
+    except (binascii.Error, ValueError):
+        raise EventError(path, "must be base64 (standard or URL-safe, padded)") from None
+
+
+def _function_part(kind: str, value: dict, where: str) -> dict:
+    payload_key = "args" if kind == "function_call" else "response"
+    model = "FunctionCall" if kind == "function_call" else "FunctionResponse"
+    result = _kept(value, model, where, frozenset({"id", "name", payload_key}))
+    if value.get("id") is None:
+        raise EventError(f"{where}.id", "is required (it pairs calls with responses)")
+    if value.get("name") is None:
+        raise EventError(f"{where}.name", "is required")
+    result["id"] = _identifier(value["id"], f"{where}.id")
+    result["name"] = _string(value["name"], f"{where}.name", max_length=256, pattern=_FUNCTION_NAME)
+    if value.get(payload_key) is not None:  # absent stays absent
+        result[payload_key] = _object(value[payload_key], f"{where}.{payload_key}")
+    return result
+
+
+def _data_part(kind: str, value: dict, where: str, limits: EventLimits) -> dict:
+    if kind == "inline_data":
+        result = _kept(value, "Blob", where, frozenset({"mime_type", "data"}))
+        data = _string(value.get("data"), f"{where}.data", max_length=limits.max_event_bytes)
+        if len(_base64(data, f"{where}.data")) > limits.max_inline_data_bytes:
+            raise EventError(
+                f"{where}.data", f"decodes to more than {limits.max_inline_data_bytes} bytes"
+            )
+        result["data"] = data
+    else:
+        result = _kept(value, "FileData", where, frozenset({"mime_type", "file_uri"}))
+        result["file_uri"] = _string(
+            value.get("file_uri"), f"{where}.file_uri", max_length=_URI_MAX
+        )
+    result["mime_type"] = _string(
+        value.get("mime_type"), f"{where}.mime_type", max_length=255, pattern=_MIME
+    )
+    return result
+
+
 def _validate_part(part: Any, path: str, limits: EventLimits) -> dict:
+    """At most one of the data kinds ctxadmin reads; ADK's other part fields (a thought,
+    its signature, executable code, ...) kept beside it."""
     part = _object(part, path)
-    present = [kind for kind in PART_KINDS if kind in part]
-    _only(part, set(PART_KINDS), path)
-    if len(present) != 1:
-        raise EventError(path, f"must have exactly one of {', '.join(PART_KINDS)}")
+    present = [kind for kind in PART_KINDS if part.get(kind) is not None]
+    if len(present) > 1:
+        raise EventError(path, f"must have at most one of {', '.join(PART_KINDS)}")
+    result = _kept(part, "Part", path, frozenset(PART_KINDS))
+    if not present:
+        return result
     kind = present[0]
     value = part[kind]
     where = f"{path}.{kind}"
     if kind == "text":
-        _string(value, where, max_length=limits.max_event_bytes)
-        return {"text": value}
-    value = _object(value, where)
-    if kind in ("function_call", "function_response"):
-        payload_key = "args" if kind == "function_call" else "response"
-        _only(value, {"id", "name", payload_key}, where)
-        if "id" not in value:
-            raise EventError(f"{where}.id", "is required (it pairs calls with responses)")
-        if "name" not in value:
-            raise EventError(f"{where}.name", "is required")
-        payload = value.get(payload_key, {})
-        _object(payload, f"{where}.{payload_key}")
-        return {
-            kind: {
-                "id": _identifier(value["id"], f"{where}.id"),
-                "name": _string(
-                    value["name"], f"{where}.name", max_length=256, pattern=_FUNCTION_NAME
-                ),
-                payload_key: payload,
-            }
-        }
-    if kind == "inline_data":
-        _only(value, {"mime_type", "data"}, where)
-        mime = _string(value.get("mime_type"), f"{where}.mime_type", max_length=255, pattern=_MIME)
-        data = _string(value.get("data"), f"{where}.data", max_length=limits.max_event_bytes)
-        try:
-            decoded = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
-            raise EventError(f"{where}.data", "must be standard base64") from None
-        if len(decoded) > limits.max_inline_data_bytes:
-            raise EventError(
-                f"{where}.data", f"decodes to more than {limits.max_inline_data_bytes} bytes"
-            )
-        return {"inline_data": {"mime_type": mime, "data": data}}
-    _only(value, {"mime_type", "file_uri"}, where)
-    return {
-        "file_data": {
-            "mime_type": _string(
-                value.get("mime_type"), f"{where}.mime_type", max_length=255, pattern=_MIME
-            ),
-            "file_uri": _string(value.get("file_uri"), f"{where}.file_uri", max_length=_URI_MAX),
-        }
-    }
+        result["text"] = _string(value, where, max_length=limits.max_event_bytes)
+    elif kind in ("function_call", "function_response"):
+        result[kind] = _function_part(kind, _object(value, where), where)
+    else:
+        result[kind] = _data_part(kind, _object(value, where), where, limits)
+    return result
 
 
 def validate_content(content: Any, path: str, limits: EventLimits) -> dict:
+    """ADK's ``Content``: ``role`` and ``parts`` both optional (absent stays absent)."""
     content = _object(content, path)
     _only(content, {"role", "parts"}, path)
-    role = _string(content.get("role"), f"{path}.role", max_length=32, pattern=_ROLE)
+    result: dict[str, Any] = {}
+    if content.get("role") is not None:
+        result["role"] = _string(content["role"], f"{path}.role", max_length=32, pattern=_ROLE)
     parts = content.get("parts")
-    if not isinstance(parts, list) or not parts:
-        raise EventError(f"{path}.parts", "must be a non-empty list")
-    if len(parts) > limits.max_parts:
-        raise EventError(f"{path}.parts", f"must have at most {limits.max_parts} parts")
-    return {
-        "role": role,
-        "parts": [
+    if parts is not None:
+        if not isinstance(parts, list):
+            raise EventError(f"{path}.parts", "must be a list")
+        if len(parts) > limits.max_parts:
+            raise EventError(f"{path}.parts", f"must have at most {limits.max_parts} parts")
+        result["parts"] = [
             _validate_part(part, f"{path}.parts[{i}]", limits) for i, part in enumerate(parts)
-        ],
+        ]
+    return result
+
+
+def parts_of(content: dict | None) -> list[dict]:
+    """A content's parts (none when it has no content or no parts)."""
+    return (content or {}).get("parts") or []
+
+
+def _finite(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise EventError(path, "must be a finite number (seconds since the epoch)")
+    return value
+
+
+def _compaction(value: Any, path: str, limits: EventLimits) -> dict:
+    """ADK's ``EventCompaction``: the time span it covers and the content replacing it."""
+    value = _object(value, path)
+    _only(value, {"start_timestamp", "end_timestamp", "compacted_content"}, path)
+    for key in ("start_timestamp", "end_timestamp", "compacted_content"):
+        if value.get(key) is None:
+            raise EventError(f"{path}.{key}", "is required")
+    return {
+        "start_timestamp": _finite(value["start_timestamp"], f"{path}.start_timestamp"),
+        "end_timestamp": _finite(value["end_timestamp"], f"{path}.end_timestamp"),
+        "compacted_content": validate_content(
+            value["compacted_content"], f"{path}.compacted_content", limits
+        ),
     }
 
 
 def _validate_actions(actions: Any, path: str, limits: EventLimits) -> dict:
     actions = _object(actions, path)
-    _only(actions, ACTION_KEYS, path)
-    result: dict = {}
-    if "state_delta" in actions:
+    result = _kept(actions, "EventActions", path, ACTION_KEYS)
+    if actions.get("state_delta") is not None:
         delta = _object(actions["state_delta"], f"{path}.state_delta")
         if len(delta) > limits.max_state_keys:
             raise EventError(
@@ -239,9 +314,8 @@ def _validate_actions(actions: Any, path: str, limits: EventLimits) -> dict:
                 raise EventError(
                     f"{path}.state_delta.{echoed(key)}", "a scope prefix needs a name after it"
                 )
-        if delta:
-            result["state_delta"] = delta
-    if "artifact_delta" in actions:
+        result["state_delta"] = delta
+    if actions.get("artifact_delta") is not None:
         delta = _object(actions["artifact_delta"], f"{path}.artifact_delta")
         for name, version in delta.items():
             _string(name, f"{path}.artifact_delta", max_length=256)
@@ -249,15 +323,35 @@ def _validate_actions(actions: Any, path: str, limits: EventLimits) -> dict:
                 raise EventError(
                     f"{path}.artifact_delta.{echoed(name)}", "must be a version number >= 0"
                 )
-        if delta:
-            result["artifact_delta"] = delta
+        result["artifact_delta"] = delta
+    if actions.get("compaction") is not None:
+        result["compaction"] = _compaction(actions["compaction"], f"{path}.compaction", limits)
+    if actions.get("rewind_before_invocation_id") is not None:
+        result["rewind_before_invocation_id"] = _identifier(
+            actions["rewind_before_invocation_id"], f"{path}.rewind_before_invocation_id"
+        )
+    return result
+
+
+def _usage(usage: Any, path: str) -> dict:
+    usage = _object(usage, path)
+    result = _kept(usage, "GenerateContentResponseUsageMetadata", path, USAGE_KEYS)
+    for key in USAGE_KEYS & usage.keys():
+        value = usage[key]
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise EventError(f"{path}.{echoed(key)}", "must be an integer >= 0")
+        result[key] = value
     return result
 
 
 def validate_event(raw: Any, path: str, limits: EventLimits) -> dict:
-    """The normalised event (without server-assigned fields) or an ``EventError``."""
+    """The normalised event (without server-assigned fields) or an ``EventError``. ADK's
+    fields that ctxadmin does not interpret are kept: inside content, actions and usage
+    metadata where they are, and the top-level ones in ``adk_fields`` (None without)."""
     raw = _object(raw, path)
-    _only(raw, EVENT_KEYS, path)
+    _only(raw, EVENT_KEYS | KEPT_EVENT_KEYS, path)
     event: dict[str, Any] = {}
     if raw.get("event_id") is not None:
         event["event_id"] = _identifier(raw["event_id"], f"{path}.event_id")
@@ -274,7 +368,8 @@ def validate_event(raw: Any, path: str, limits: EventLimits) -> dict:
     event["content"] = (
         None if content is None else validate_content(content, f"{path}.content", limits)
     )
-    event["partial"] = _bool(raw.get("partial", False), f"{path}.partial")
+    partial = raw.get("partial")
+    event["partial"] = False if partial is None else _bool(partial, f"{path}.partial")
     turn_complete = raw.get("turn_complete")
     event["turn_complete"] = (
         None if turn_complete is None else _bool(turn_complete, f"{path}.turn_complete")
@@ -289,13 +384,7 @@ def validate_event(raw: Any, path: str, limits: EventLimits) -> dict:
         else parse_timestamp(raw["timestamp"], f"{path}.timestamp")
     )
     usage = raw.get("usage_metadata")
-    if usage is not None:
-        usage = _object(usage, f"{path}.usage_metadata")
-        _only(usage, USAGE_KEYS, f"{path}.usage_metadata")
-        for key, value in usage.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise EventError(f"{path}.usage_metadata.{echoed(key)}", "must be an integer >= 0")
-    event["usage_metadata"] = usage
+    event["usage_metadata"] = None if usage is None else _usage(usage, f"{path}.usage_metadata")
     custom = raw.get("custom_metadata")
     if custom is not None:
         custom = _object(custom, f"{path}.custom_metadata")
@@ -304,6 +393,16 @@ def validate_event(raw: Any, path: str, limits: EventLimits) -> dict:
                 f"{path}.custom_metadata", f"must be at most {limits.max_metadata_bytes} bytes"
             )
     event["custom_metadata"] = custom
+    kept = {key: raw[key] for key in KEPT_EVENT_KEYS & raw.keys() if raw[key] is not None}
+    if kept:
+        kept = _kept(kept, "Event", path, frozenset())
+        if canonical_size(kept) > limits.max_kept_bytes:
+            raise EventError(
+                path,
+                f"the kept ADK fields ({', '.join(sorted(kept))}) must be at most "
+                f"{limits.max_kept_bytes} bytes",
+            )
+    event["adk_fields"] = kept or None
     return event
 
 
@@ -319,12 +418,13 @@ class Derived:
 
 
 def content_kinds(content: dict | None) -> tuple[int, list[str], list[str]]:
-    if not content:
-        return 0, [], []
-    kinds = MODEL_CONTENT if content.get("role") == "model" else 0
+    """The content's kind bits and its call and response ids. A part with none of the
+    data kinds but other ADK data (a thought signature, executable code) is multimodal; a
+    content without any data part is no content."""
+    kinds = 0
     calls: list[str] = []
     responses: list[str] = []
-    for part in content["parts"]:
+    for part in parts_of(content):
         if "text" in part:
             kinds |= TEXT
         elif "function_call" in part:
@@ -333,32 +433,66 @@ def content_kinds(content: dict | None) -> tuple[int, list[str], list[str]]:
         elif "function_response" in part:
             kinds |= FUNCTION_RESPONSE
             responses.append(part["function_response"]["id"])
-        else:
+        elif any(value is not None for value in part.values()):
             kinds |= MULTIMODAL
+    if kinds and content.get("role") == "model":
+        kinds |= MODEL_CONTENT
     return kinds, calls, responses
+
+
+def marker_kind(actions: dict) -> int:
+    """A client's rewind or compaction event stands for something else in a context; its
+    own content is not history (as ADK's contents processor reads them)."""
+    if actions.get("rewind_before_invocation_id"):
+        return REWIND
+    if actions.get("compaction"):
+        return CLIENT_COMPACTION
+    return 0
+
+
+_IDENTITY_KEYS = (
+    "event_id",
+    "invocation_id",
+    "author",
+    "content",
+    "turn_complete",
+    "actions",
+    "usage_metadata",
+    "custom_metadata",
+)
 
 
 def identity(event: dict) -> dict:
     """What makes two sends of one event_id the same event (timestamps excluded: a retry
-    may carry a fresh one)."""
-    return {
-        key: event[key]
-        for key in (
-            "event_id",
-            "invocation_id",
-            "author",
-            "content",
-            "turn_complete",
-            "actions",
-            "usage_metadata",
-            "custom_metadata",
-        )
+    may carry a fresh one), the kept ADK fields included."""
+    same = {key: event[key] for key in _IDENTITY_KEYS}
+    # An empty delta is no delta (ADK sends them empty; older events were stored without).
+    same["actions"] = {
+        key: value
+        for key, value in event["actions"].items()
+        if not (key in ("state_delta", "artifact_delta") and not value)
     }
+    if event.get("adk_fields"):
+        same["adk_fields"] = event["adk_fields"]
+    return same
 
 
 def history_item(event: dict, timestamp: str) -> dict:
     """The event as it appears in a context envelope: secret-pruned, content-bearing fields.
-    ``timestamp`` is ISO 8601 text (as ``datetime.isoformat`` and PostgreSQL's JSON write it)."""
+    ``timestamp`` is ISO 8601 text (as ``datetime.isoformat`` and PostgreSQL's JSON write it).
+    A client's compaction event appears as its compacted content at its end timestamp."""
+    compaction = event["actions"].get("compaction")
+    if compaction and not event["actions"].get("rewind_before_invocation_id"):
+        end = datetime.fromtimestamp(compaction["end_timestamp"], UTC)
+        return prune_secrets(
+            {
+                "event_id": event["event_id"],
+                "invocation_id": event["invocation_id"],
+                "author": event["author"],
+                "timestamp": iso_timestamp(end),
+                "content": compaction["compacted_content"],
+            }
+        )
     item = {
         "event_id": event["event_id"],
         "invocation_id": event["invocation_id"],
@@ -366,8 +500,9 @@ def history_item(event: dict, timestamp: str) -> dict:
         "timestamp": timestamp,
         "content": event["content"],
     }
-    if event["actions"]:
-        item["actions"] = event["actions"]
+    actions = {key: value for key, value in event["actions"].items() if value not in ({}, [])}
+    if actions:
+        item["actions"] = actions
     return prune_secrets(item)
 
 
@@ -378,7 +513,8 @@ def content_hash(event: dict) -> str:
 def derive(event: dict, timestamp: datetime, event_hash: str) -> Derived:
     """Derived columns of ``event`` as stored (``temp:`` state keys already removed);
     ``event_hash`` is the hash of the event as the client sent it."""
-    kinds, calls, responses = content_kinds(event["content"])
+    marker = marker_kind(event["actions"])
+    kinds, calls, responses = (marker, [], []) if marker else content_kinds(event["content"])
     when = iso_timestamp(timestamp)
     item = canonical_json(history_item(event, when))
     return Derived(

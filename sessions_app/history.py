@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from itertools import starmap
 
 from django.db import connection
@@ -18,9 +19,18 @@ from sessions_app import store
 from sessions_app.compaction import model
 from sessions_app.compaction.policy import CompactionPolicy
 from sessions_app.context import envelope as env
+from sessions_app.context.adk_view import AdkEvent, adk_view
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.context.select import EventMeta
-from sessions_app.events import COMPACTION, MODEL_CONTENT, TEXT
+from sessions_app.events import (
+    CLIENT_COMPACTION,
+    COMPACTION,
+    MARKERS,
+    MODEL_CONTENT,
+    NOT_HISTORY,
+    TEXT,
+    content_kinds,
+)
 from sessions_app.models import Checkpoint, Session
 
 
@@ -114,7 +124,7 @@ def _overlap_start(session_pk: int, visible: list[Visible], policy: CompactionPo
                  GROUP BY invocation_id ORDER BY min(seq) DESC LIMIT %s
             ) overlap
             """,
-            [session_pk, previous.last_seq, COMPACTION, policy.overlap_size],
+            [session_pk, previous.last_seq, NOT_HISTORY, policy.overlap_size],
         )
         return cursor.fetchone()[0]
 
@@ -124,7 +134,8 @@ def source_events(
 ) -> list[model.SourceEvent]:
     """The events compaction may read: outside the visible summaries (pruned checkpoints
     keep their sources, so a later summary can absorb them), plus a sliding window's
-    overlap; never compaction events."""
+    overlap; never compaction events (ctxadmin's or a client's) nor rewinds, so a client's
+    compaction is never summarised as history (the raw events it covers are)."""
     hidden = [(v.view.first_seq, v.view.last_seq) for v in visible]
     condition, params = uncovered_sql(hidden)
     overlap = _overlap_start(session_pk, visible, policy)
@@ -136,7 +147,7 @@ def source_events(
             "SELECT seq, event_id, invocation_id, author, context_json, context_bytes, "  # noqa: S608
             "date_part('epoch', timestamp), turn_complete FROM sessions_app_event "
             f"WHERE session_id = %s AND kinds & %s = 0 AND {condition} ORDER BY seq",
-            [session_pk, COMPACTION, *params],
+            [session_pk, NOT_HISTORY, *params],
         )
         rows = cursor.fetchall()
     return [
@@ -221,10 +232,13 @@ def read_history(session_pk: int, policy: ContextPolicy) -> HistoryView:
     visible = visible_checkpoints(session_pk)
     ranges = [(v.view.first_seq, v.view.last_seq) for v in visible]
     metas = event_metas(session_pk, policy, ranges)
-    if not visible:
-        return HistoryView(metas, {}, 0, 0)
-    restored = _restored_calls(session_pk, policy, metas, ranges)
     checkpoints: dict[float, list[str]] = {}
+    adk_hidden = adk_restored = 0
+    if any(meta.kinds & MARKERS for meta in metas):
+        metas, checkpoints, adk_hidden, adk_restored = _client_markers(session_pk, metas, ranges)
+    if not visible:
+        return HistoryView(metas, checkpoints, adk_hidden, adk_restored)
+    restored = _restored_calls(session_pk, policy, metas, ranges)
     for v in visible:
         position = v.view.first_seq - 0.5
         items = [canonical_json(item).decode("utf-8") for item in json.loads(v.items_json)]
@@ -242,8 +256,58 @@ def read_history(session_pk: int, policy: ContextPolicy) -> HistoryView:
     metas.extend(restored)
     metas.sort(key=lambda meta: meta.seq)
     return HistoryView(
-        metas, checkpoints, _hidden_count(session_pk, ranges) - len(restored), len(restored)
+        metas,
+        checkpoints,
+        _hidden_count(session_pk, ranges) - len(restored) + adk_hidden,
+        len(restored) + adk_restored,
     )
+
+
+def _micros(seconds: float) -> int:
+    """Seconds since the epoch in whole microseconds, rounded as stored timestamps are."""
+    return (datetime.fromtimestamp(seconds, UTC) - _EPOCH) // timedelta(microseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _client_markers(
+    session_pk: int, metas: list[EventMeta], ranges: list[tuple[int, int]]
+) -> tuple[list[EventMeta], dict[float, list[str]], int, int]:
+    """The metas after a client's rewinds and compactions (as ADK's contents processor
+    applies them to the events outside ctxadmin's checkpoints): hidden events and the
+    markers leave, each kept compaction's content joins as an entry where it stands."""
+    condition, params = uncovered_sql(ranges)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, invocation_id, (extract(epoch FROM timestamp) * 1000000)::bigint, "  # noqa: S608
+            "call_ids, response_ids, "
+            "CASE WHEN kinds & %s <> 0 THEN actions -> 'compaction' END, "
+            "actions ->> 'rewind_before_invocation_id', "
+            "CASE WHEN kinds & %s <> 0 THEN context_json END, context_bytes "
+            f"FROM sessions_app_event WHERE session_id = %s AND kinds & %s = 0 AND {condition} "
+            "ORDER BY seq",
+            [CLIENT_COMPACTION, CLIENT_COMPACTION, session_pk, COMPACTION, *params],
+        )
+        rows = cursor.fetchall()
+    events, summaries = [], {}
+    for seq, invocation, micros, calls, responses, compaction, rewind, item, size in rows:
+        span = None
+        if compaction is not None:
+            compaction = store.decode(compaction)
+            span = (_micros(compaction["start_timestamp"]), _micros(compaction["end_timestamp"]))
+            summaries[seq] = (item, size)
+        events.append(AdkEvent(seq, invocation, micros, calls, responses, span, rewind or None))
+    view = adk_view(events)
+    kept = [meta for meta in metas if meta.seq not in view.hidden]
+    entries: dict[float, list[str]] = {}
+    for seq, position in view.placed.items():
+        item, size = summaries[seq]
+        kinds, _calls, _responses = content_kinds(json.loads(item).get("content"))
+        entries[position] = [item]
+        kept.append(EventMeta(position, kinds, None, None, size, checkpoint=True))
+    kept.sort(key=lambda meta: meta.seq)
+    return kept, entries, view.hidden_events, view.restored
 
 
 def _meta_columns(policy: ContextPolicy) -> list[str]:
@@ -260,7 +324,8 @@ def event_metas(
 ) -> list[EventMeta]:
     """Every visible event's selection metadata, never content. Authors, invocation ids and
     times are read only when the policy filters on them: per-value decoding is most of the
-    cost. Compaction events and events inside ``hidden`` ranges are left out."""
+    cost. ctxadmin's compaction events and events inside ``hidden`` ranges are left out (a
+    client's rewinds and compactions stay: ``read_history`` applies them)."""
     condition, params = uncovered_sql(hidden or [])
     with connection.cursor() as cursor:
         cursor.execute(
@@ -299,7 +364,7 @@ def _hidden_count(session_pk: int, ranges: list[tuple[int, int]]) -> int:
         cursor.execute(
             "SELECT count(*) FROM sessions_app_event "  # noqa: S608
             f"WHERE session_id = %s AND kinds & %s = 0 AND NOT {condition}",
-            [session_pk, COMPACTION, *params],
+            [session_pk, NOT_HISTORY, *params],
         )
         return cursor.fetchone()[0]
 

@@ -72,6 +72,10 @@ class Event(models.Model):
     actions = models.JSONField(default=dict)
     usage_metadata = models.JSONField(null=True)
     custom_metadata = models.JSONField(null=True)
+    # ADK's top-level event fields ctxadmin keeps without interpreting (grounding metadata,
+    # transcriptions, branch, ...), as the client sent them; None without any. Those nested
+    # in content and actions stay there.
+    adk_fields = models.JSONField(null=True)
     timestamp = models.DateTimeField()
     kinds = models.SmallIntegerField(default=0)
     call_ids = ArrayField(models.CharField(max_length=128), null=True)

@@ -170,7 +170,7 @@ def _prepare(durable: list[dict], now) -> list[_Prepared]:
         split = scopes.split_delta(event["actions"].get("state_delta", {}))
         stored = {k: v for k, v in event.items() if k != "actions"}
         stored["actions"] = {k: v for k, v in event["actions"].items() if k != "state_delta"}
-        if split.app or split.user or split.session:  # temp: keys are never stored
+        if "state_delta" in event["actions"]:  # temp: keys are never stored
             stored["actions"]["state_delta"] = scopes.without_temp(event["actions"]["state_delta"])
         timestamp = event["timestamp"] or now
         row = store.NewEvent(0, stored, timestamp, derive(stored, timestamp, event["hash"]))
@@ -347,6 +347,7 @@ def _unstored(event: dict, now) -> dict:
         "usage_metadata": event["usage_metadata"],
         "custom_metadata": event["custom_metadata"],
         "stored": False,
+        **(event["adk_fields"] or {}),
     }
 
 

@@ -28,13 +28,18 @@ def decode(value: Any) -> Any:
 
 
 # An event as API JSON, built by PostgreSQL: reading a session's events then costs one text
-# value per event, with no decoding and re-encoding of content in Python.
-EVENT_JSON_SQL = (
+# value per event, with no decoding and re-encoding of content in Python. The kept ADK
+# fields (a non-empty object whose names never collide) are spliced in as text.
+_EVENT_OBJECT_SQL = (
     "json_build_object('event_id', event_id, 'seq', seq, 'invocation_id', invocation_id, "
     "'author', author, 'content', content, 'partial', false, 'turn_complete', turn_complete, "
     "'actions', actions, 'timestamp', timestamp, 'usage_metadata', usage_metadata, "
     "'custom_metadata', custom_metadata, 'byte_size', byte_size, "
     "'token_estimate', token_estimate, 'content_hash', content_hash, 'stored', true)::text"
+)
+EVENT_JSON_SQL = (
+    f"CASE WHEN adk_fields IS NULL THEN {_EVENT_OBJECT_SQL} "
+    f"ELSE left({_EVENT_OBJECT_SQL}, -1) || ', ' || substr(adk_fields::text, 2) END"
 )
 
 
@@ -165,6 +170,7 @@ class NewEvent:
             _dumps(event["actions"]),
             None if event["usage_metadata"] is None else _dumps(event["usage_metadata"]),
             None if event["custom_metadata"] is None else _dumps(event["custom_metadata"]),
+            None if not event.get("adk_fields") else _dumps(event["adk_fields"]),
             self.timestamp,
             derived.kinds,
             derived.call_ids,
@@ -194,6 +200,7 @@ class NewEvent:
             "token_estimate": self.token_estimate,
             "content_hash": self.derived.content_hash,
             "stored": True,
+            **(event.get("adk_fields") or {}),
         }
 
 
@@ -223,7 +230,7 @@ def end_answered_tokens(session_pk: int, call_ids: list[str]) -> None:
 
 
 _ROW = (
-    "(%s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s, "
+    "(%s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s, "
     "%s::varchar[], %s::varchar[], %s, %s, %s, %s, %s, now())"
 )
 
@@ -250,7 +257,8 @@ def insert_events(session_pk: int, rows: list[NewEvent], state: dict, now: datet
             WITH inserted AS (
                 INSERT INTO sessions_app_event
                     (session_id, seq, event_id, invocation_id, author, role, content,
-                     turn_complete, actions, usage_metadata, custom_metadata, timestamp, kinds,
+                     turn_complete, actions, usage_metadata, custom_metadata, adk_fields,
+                     timestamp, kinds,
                      call_ids, response_ids, byte_size, context_bytes, context_json,
                      token_estimate, content_hash, created_at)
                 VALUES {", ".join([_ROW] * len(rows))}
@@ -270,7 +278,7 @@ def insert_events(session_pk: int, rows: list[NewEvent], state: dict, now: datet
 # own columns (NewEvent.columns).
 _FAST_ROW = (
     "(%s::int, %s::varchar, %s::varchar, %s::varchar, %s::varchar, %s::jsonb, %s::boolean, "
-    "%s::jsonb, %s::jsonb, %s::jsonb, %s::timestamptz, %s::smallint, %s::varchar[], "
+    "%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::timestamptz, %s::smallint, %s::varchar[], "
     "%s::varchar[], %s::int, %s::int, %s::text, %s::int, %s::varchar)"
 )
 
@@ -353,17 +361,20 @@ def append_in_one_statement(
             inserted AS (
                 INSERT INTO sessions_app_event
                     (session_id, seq, event_id, invocation_id, author, role, content,
-                     turn_complete, actions, usage_metadata, custom_metadata, timestamp, kinds,
+                     turn_complete, actions, usage_metadata, custom_metadata, adk_fields,
+                     timestamp, kinds,
                      call_ids, response_ids, byte_size, context_bytes, context_json,
                      token_estimate, content_hash, created_at)
                 SELECT ok.id, ok.last_seq + v.ordinal, v.event_id, v.invocation_id, v.author,
                        v.role, v.content, v.turn_complete, v.actions, v.usage_metadata,
-                       v.custom_metadata, v.timestamp, v.kinds, v.call_ids, v.response_ids,
+                       v.custom_metadata, v.adk_fields, v.timestamp, v.kinds, v.call_ids,
+                       v.response_ids,
                        v.byte_size, v.context_bytes, v.context_json, v.token_estimate,
                        v.content_hash, now()
                   FROM ok, (VALUES {", ".join([_FAST_ROW] * len(rows))}) AS v
                        (ordinal, event_id, invocation_id, author, role, content, turn_complete,
-                        actions, usage_metadata, custom_metadata, timestamp, kinds, call_ids,
+                        actions, usage_metadata, custom_metadata, adk_fields, timestamp, kinds,
+                        call_ids,
                         response_ids, byte_size, context_bytes, context_json, token_estimate,
                         content_hash)
                 RETURNING 1

@@ -131,6 +131,17 @@ def json_parse(envelope: dict[str, Any], model: str) -> Completion:
 
 
 def _part(part: dict) -> dict:
+    """A part on Gemini's wire, with its thought and thought signature (Gemini wants the
+    signature back on the part that carried it, or refuses a function-calling turn)."""
+    wire = _data(part)
+    if part.get("thought") is not None:
+        wire["thought"] = part["thought"]
+    if part.get("thought_signature") is not None:
+        wire["thoughtSignature"] = part["thought_signature"]
+    return wire
+
+
+def _data(part: dict) -> dict:
     if "text" in part:
         return {"text": part["text"]}
     if "function_call" in part:
@@ -195,9 +206,14 @@ def generate_parse(envelope: dict[str, Any], model: str) -> Generation:
             continue
         if isinstance(raw.get("functionCall"), dict):
             call = raw["functionCall"]
-            parts.append(function_call(call.get("id"), call.get("name"), call.get("args")))
+            part = function_call(call.get("id"), call.get("name"), call.get("args"))
         elif (text := text_part(raw.get("text"))) is not None:
-            parts.append(text)
+            part = text
+        else:
+            continue
+        if isinstance(raw.get("thoughtSignature"), str) and raw["thoughtSignature"]:
+            part["thought_signature"] = raw["thoughtSignature"]
+        parts.append(part)
     usage = envelope.get("usageMetadata")
     usage = usage if isinstance(usage, dict) else {}
     return generation(

@@ -134,6 +134,26 @@ def _check_tools(tools: Any) -> list[dict]:
     return checked
 
 
+PART_KINDS = ("text", "function_call", "function_response", "inline_data", "file_data")
+# What a part may carry beside its one kind: a Gemini thought and its signature.
+THOUGHT_KEYS = ("thought", "thought_signature")
+
+
+def sendable(content: dict | None) -> dict | None:
+    """A stored event's content as a provider turn: its data parts (with their thought
+    fields), role ``user`` where the event named none; None when no part has data. ADK's
+    other part fields (executable code, transcriptions, ...) stay in the stored event."""
+    parts = []
+    for part in (content or {}).get("parts") or []:
+        kind = next((kind for kind in PART_KINDS if part.get(kind) is not None), None)
+        if kind is not None:
+            kept = {key: part[key] for key in THOUGHT_KEYS if part.get(key) is not None}
+            parts.append({kind: part[kind], **kept})
+    if not parts:
+        return None
+    return {"role": content.get("role") or "user", "parts": parts}
+
+
 def _check_contents(contents: Any) -> list[dict]:
     if not isinstance(contents, list | tuple) or not contents:
         raise ValueError("contents must be a non-empty list")
@@ -150,10 +170,14 @@ def _check_contents(contents: Any) -> list[dict]:
 
 
 def _check_part(part: Any, role: str, where: str) -> None:
-    kinds = ("text", "function_call", "function_response", "inline_data", "file_data")
+    kinds = PART_KINDS
     present = [kind for kind in kinds if isinstance(part, dict) and kind in part]
-    if len(present) != 1 or len(part) != 1:
+    if len(present) != 1 or set(part) - {*present, *THOUGHT_KEYS}:
         raise ValueError(f"{where} must have exactly one of {', '.join(kinds)}")
+    if "thought" in part and not isinstance(part["thought"], bool):
+        raise ValueError(f"{where}.thought must be true or false")
+    if "thought_signature" in part and not isinstance(part["thought_signature"], str):
+        raise ValueError(f"{where}.thought_signature must be a base64 string")
     kind = present[0]
     value = part[kind]
     if kind == "text":

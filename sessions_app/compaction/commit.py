@@ -18,7 +18,7 @@ from sessions_app import store
 from sessions_app.artifacts import services as artifacts
 from sessions_app.compaction import model, projection
 from sessions_app.compaction.policy import CompactionPolicy
-from sessions_app.events import COMPACTION, Derived
+from sessions_app.events import COMPACTION, NOT_HISTORY, Derived
 from sessions_app.history import (
     Visible,
     compaction_ids,
@@ -135,7 +135,7 @@ def commit_outcome(
                 "FROM sessions_app_event "
                 f"WHERE session_id = %s AND seq BETWEEN %s AND %s AND kinds & %s = 0 "
                 f"AND {condition} ORDER BY seq",
-                [session.pk, outcome.first_seq, outcome.last_seq, COMPACTION, *params],
+                [session.pk, outcome.first_seq, outcome.last_seq, NOT_HISTORY, *params],
             )
             present = cursor.fetchall()
         present_ids = tuple(event_id for event_id, _seq, _when in present)
@@ -322,7 +322,7 @@ def purge_events(session_pk: int, row: Checkpoint, event_ids: list[str]) -> None
              WHERE id = %s
          RETURNING (SELECT count(*) FROM gone)
             """,
-            [session_pk, event_ids, COMPACTION, session_pk, session_pk],
+            [session_pk, event_ids, NOT_HISTORY, session_pk, session_pk],
         )
         purged = cursor.fetchone()[0]
     Checkpoint.objects.filter(pk=row.pk).update(purged_events=purged)

@@ -40,7 +40,7 @@ class SourceEvent:
     @property
     def parts(self) -> list[dict]:
         content = self.content
-        return content["parts"] if content else []
+        return (content or {}).get("parts") or []
 
     @property
     def is_user(self) -> bool:

@@ -44,7 +44,7 @@ def project_items(events: list[SourceEvent], over_bytes: int) -> tuple[list[dict
         if content and event.responses:
             parts = []
             changed = False
-            for index, part in enumerate(content["parts"]):
+            for index, part in enumerate(content.get("parts") or []):
                 response = part.get("function_response")
                 if response is not None and canonical_size(response.get("response")) > over_bytes:
                     parts.append({"function_response": projection(response, event.event_id, index)})

@@ -101,7 +101,7 @@ class TestAppend:
         assert body["events"][0]["stored"] is False and body["events"][0]["seq"] is None
         assert body["created"] == 0 and not Event.objects.exists()
         bad = post(
-            api, {"event": {"author": "model", "partial": True, "content": {"role": "model"}}}, 400
+            api, {"event": {"author": "model", "partial": True, "content": {"parts": {}}}}, 400
         )
         assert bad.json()["error"]["details"]["field"] == "event.content.parts"
 
@@ -111,12 +111,12 @@ class TestAppend:
             {
                 "events": [
                     text("user", "ok"),
-                    {"author": "user", "content": {"role": "user", "parts": [{}]}},
+                    {"author": "user", "content": {"role": "user", "parts": [{"txt": "x"}]}},
                 ]
             },
             400,
         )
-        assert bad.json()["error"]["details"]["field"] == "events[1].content.parts[0]"
+        assert bad.json()["error"]["details"]["field"] == "events[1].content.parts[0].txt"
         assert not Event.objects.exists()
 
     @pytest.mark.parametrize(
