@@ -5,6 +5,7 @@ memory ctxadmin recalled and the current input once, last."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adk_runner.py"
 def load_example():
     spec = importlib.util.spec_from_file_location("adk_runner_example", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pydantic resolves the model's annotations through it
     spec.loader.exec_module(module)
     return module
 

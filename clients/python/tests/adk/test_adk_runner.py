@@ -178,7 +178,13 @@ def pending_calls(session, name: str) -> list[types.FunctionCall]:
 
 async def converse(make_services: Callable[[], tuple[Any, Any]], app_name: str, user: str):
     """The whole script, a new Runner (and services) for each turn; returns the final session
-    and what was seen pending after each restart."""
+    and what was seen pending after each restart. Ids and times come from ADK's platform
+    providers, one per call, so both runs give the same ones; the session is created before
+    they are set (ADK's in-memory service reads the clock there, ctxadmin's server does)."""
+    sessions, _ = make_services()
+    await sessions.create_session(
+        app_name=app_name, user_id=user, session_id=SESSION, state={"user:name": "Ada"}
+    )
     ids = (f"id-{n:04d}" for n in itertools.count())
     ticks = (T0 + n / 64 for n in itertools.count())
     adk_uuid.set_id_provider(lambda: next(ids))
@@ -204,11 +210,6 @@ async def converse(make_services: Callable[[], tuple[Any, Any]], app_name: str, 
                 ]
             finally:
                 await runner.close()
-
-        sessions, _ = make_services()
-        await sessions.create_session(
-            app_name=app_name, user_id=user, session_id=SESSION, state={"user:name": "Ada"}
-        )
 
         await turn(user_text("Find me a train to Oslo and book it."))
         sessions, _ = make_services()
@@ -245,7 +246,7 @@ async def converse(make_services: Callable[[], tuple[Any, Any]], app_name: str, 
 
         sessions, artifacts = make_services()
         reloaded = await sessions.get_session(app_name=app_name, user_id=user, session_id=SESSION)
-        last_invocation = reloaded.events[-1].invocation_id
+        last_turn = [e for e in reloaded.events if e.author == "user" and e.content][-1]
         runner = Runner(
             app=build_app(model),
             app_name=app_name,
@@ -253,7 +254,7 @@ async def converse(make_services: Callable[[], tuple[Any, Any]], app_name: str, 
             artifact_service=artifacts,
         )
         await runner.rewind_async(
-            user_id=user, session_id=SESSION, rewind_before_invocation_id=last_invocation
+            user_id=user, session_id=SESSION, rewind_before_invocation_id=last_turn.invocation_id
         )
         await runner.close()
 
@@ -293,7 +294,11 @@ async def test_a_runner_on_ctxadmin_keeps_the_session_adk_keeps(make_app, user):
     assert seen == expected_seen
     assert seen["pending_confirmations"] == 1
     assert seen["long_running"] and seen["model_calls"] == len(SCRIPT)
-    assert dump(got) == dump(expected)
+    ours, theirs = dump(got), dump(expected)
+    assert [e["id"] for e in ours.pop("events")] == [e["id"] for e in theirs.pop("events")]
+    for mine, peer in zip(got.events, expected.events, strict=True):
+        assert mine.model_dump(mode="json") == peer.model_dump(mode="json"), mine.id
+    assert ours == theirs
     authors = {event.author for event in got.events}
     assert {"user", "concierge", "booker"} <= authors
     assert any(event.actions.transfer_to_agent == "booker" for event in got.events)
