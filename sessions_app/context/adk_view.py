@@ -105,9 +105,10 @@ def adk_view(events: list[AdkEvent]) -> AdkView:
     restored = _restore_calls(raw, {e.seq for e in compacted})
     hidden -= restored
     hidden_events += len(compacted) - len(restored)
-    visible = [e for e in raw if e.seq not in hidden]
+    # A restored call goes back just before its response, never ahead of a summary.
+    anchors = [e for e in raw if e.seq not in hidden and e.seq not in restored]
     return AdkView(
-        frozenset(hidden), _placements(live, kept, visible), hidden_events, len(restored)
+        frozenset(hidden), _placements(live, kept, anchors), hidden_events, len(restored)
     )
 
 
