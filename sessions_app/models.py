@@ -47,6 +47,8 @@ class Session(models.Model):
                 models.F("id").desc(),
                 name="session_user_activity",
             ),
+            # The app-wide list: every user's sessions by last update, either way, by cursor.
+            models.Index(fields=["app", "updated_at", "id"], name="session_app_activity"),
         ]
 
     def __str__(self) -> str:

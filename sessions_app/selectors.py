@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import connection
@@ -62,6 +63,28 @@ def scope_states(app: App, user_id: str) -> tuple[dict, dict]:
     return store.decode(rows.get("app")) or {}, store.decode(rows.get("user")) or {}
 
 
+def merged_states(app: App, sessions: list[Session]) -> list[dict]:
+    """Each session's state merged with the app's ``app:`` state and its user's ``user:``
+    state, as a session read shows it: one query for the app's and all the users' states."""
+    if not sessions:
+        return []
+    users = sorted({session.user_id for session in sessions})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT NULL, state FROM sessions_app_appstate WHERE app_id = %s "
+            "UNION ALL SELECT user_id, state FROM sessions_app_userstate "
+            "WHERE app_id = %s AND user_id = ANY(%s)",
+            [app.pk, app.pk, users],
+        )
+        rows = cursor.fetchall()
+    app_state = next((store.decode(state) for user, state in rows if user is None), None) or {}
+    user_states = {user: store.decode(state) or {} for user, state in rows if user is not None}
+    return [
+        scopes.merged(session.state, app_state, user_states.get(session.user_id, {}))
+        for session in sessions
+    ]
+
+
 def session_with_state(app: App, user_id: str, session_id: str) -> dict | None:
     """The session's summary and merged state (its own, ``app:`` and ``user:``), one query."""
     with connection.cursor() as cursor:
@@ -102,21 +125,29 @@ def session_events_json(
     num_recent_events: int | None,
     after_timestamp: datetime | None,
     cap: int,
+    hidden: Sequence[tuple[int, int]] = (),
 ) -> tuple[list[str], bool]:
-    """Events in seq order, as JSON texts: those at or after ``after_timestamp``, then the
-    newest ``num_recent_events`` of them (ADK semantics; 0 means none). At most ``cap`` come
-    back, the newest; ``complete`` says whether that was all of them."""
+    """Events in seq order, as JSON texts: those at or after ``after_timestamp`` and outside
+    the ``hidden`` seq ranges, then the newest ``num_recent_events`` of them (ADK semantics; 0
+    means none). At most ``cap`` come back, the newest; ``complete`` says whether that was
+    all of them."""
     if num_recent_events == 0:
         return [], True
     wanted = num_recent_events
     limit = cap if wanted is None else min(cap, wanted)
-    since = "AND timestamp >= %s" if after_timestamp is not None else ""
-    params: list = [session_pk] + ([after_timestamp] if after_timestamp is not None else [])
+    where = ["session_id = %s"]
+    params: list = [session_pk]
+    if after_timestamp is not None:
+        where.append("timestamp >= %s")
+        params.append(after_timestamp)
+    for first, last in hidden:
+        where.append("seq NOT BETWEEN %s AND %s")
+        params.extend([first, last])
     with connection.cursor() as cursor:
         cursor.execute(
             # JSON is built only for the rows the LIMIT keeps, whatever plan is chosen.
             f"SELECT {store.EVENT_JSON_SQL} FROM (SELECT * FROM sessions_app_event "  # noqa: S608
-            f"WHERE session_id = %s {since} ORDER BY seq DESC LIMIT %s) newest ORDER BY seq DESC",
+            f"WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT %s) newest ORDER BY seq DESC",
             [*params, limit + 1],
         )
         rows = [row[0] for row in cursor.fetchall()]

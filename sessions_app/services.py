@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -81,6 +82,9 @@ class AppendResult:
     events: list[dict]
     created: int
     revision: int
+    # The session's last update as stored: this append's time, or unchanged when it stored
+    # nothing (ADK's stale-writer check compares it with the session it read).
+    updated_at: datetime
     state: dict
 
 
@@ -235,7 +239,7 @@ def _append_in_one_statement(
         item.event["event_id"]: replace(item.row, seq=first_seq + number).as_dict()
         for number, item in enumerate(prepared, start=1)
     }
-    return _result(events, by_id, len(prepared), outcome.revision, outcome, delta, now)
+    return _result(events, by_id, len(prepared), outcome.revision, now, outcome, delta, now)
 
 
 def _append_locked(
@@ -287,7 +291,7 @@ def _append_locked(
             for number, item in enumerate(fresh, start=1)
         ]
         states = store.ScopeStates(locked.state, locked.app_state, locked.user_state)
-        revision = locked.revision
+        revision, updated_at = locked.revision, locked.updated_at
         if rows:
             if delta.session:
                 states.state = {**states.state, **delta.session}
@@ -300,11 +304,11 @@ def _append_locked(
                 _check_state_size(states.user_state, "user state")
             store.insert_events(locked.pk, rows, states.state, now)
             store.end_answered_tokens(locked.pk, store.answered_call_ids(rows))
-            revision += 1
+            revision, updated_at = revision + 1, now
             _after_append(locked.pk, locked.automatic_compaction, fresh)
         by_id = store.stored_events(locked.pk, repeated)
     by_id.update((row.event["event_id"], row.as_dict()) for row in rows)
-    return _result(events, by_id, len(rows), revision, states, delta, now)
+    return _result(events, by_id, len(rows), revision, updated_at, states, delta, now)
 
 
 def _after_append(session_pk: int, automatic: bool, appended: list[_Prepared]) -> None:
@@ -319,6 +323,7 @@ def _result(
     by_id: dict[str, dict],
     created: int,
     revision: int,
+    updated_at: datetime,
     states,
     delta: scopes.ScopedDelta,
     now,
@@ -330,7 +335,9 @@ def _result(
     returned = [_unstored(e, now) if e["partial"] else by_id[e["event_id"]] for e in events]
     state = scopes.merged(states.state, states.app_state, states.user_state)
     state.update(delta.temp)
-    return AppendResult(events=returned, created=created, revision=revision, state=state)
+    return AppendResult(
+        events=returned, created=created, revision=revision, updated_at=updated_at, state=state
+    )
 
 
 def _unstored(event: dict, now) -> dict:

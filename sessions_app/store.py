@@ -68,6 +68,7 @@ class LockedSession:
     state: dict
     revision: int
     last_seq: int
+    updated_at: datetime
     app_state: dict
     user_state: dict
     stored_hashes: dict[str, str]  # event_id -> content_hash, for the batch's ids
@@ -81,7 +82,7 @@ def lock_session(
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT s.id, s.state, s.revision, s.last_seq, {AUTOMATIC_SQL},
+            SELECT s.id, s.state, s.revision, s.last_seq, s.updated_at, {AUTOMATIC_SQL},
                    (SELECT a.state FROM sessions_app_appstate a WHERE a.app_id = s.app_id),
                    (SELECT u.state FROM sessions_app_userstate u
                      WHERE u.app_id = s.app_id AND u.user_id = s.user_id),
@@ -97,13 +98,14 @@ def lock_session(
         row = cursor.fetchone()
     if row is None:
         return None
-    pk, state, revision, last_seq, automatic, app_state, user_state, stored = row
+    pk, state, revision, last_seq, updated_at, automatic, app_state, user_state, stored = row
     return LockedSession(
         pk,
         automatic,
         decode(state),
         revision,
         last_seq,
+        updated_at,
         decode(app_state) or {},
         decode(user_state) or {},
         decode(stored) or {},

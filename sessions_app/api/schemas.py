@@ -143,9 +143,14 @@ COMPONENTS = {
             "events": {"type": "array", "items": ref("Event")},
             "created": {"type": "integer"},
             "revision": {"type": "integer"},
+            "updated_at": {
+                "type": "string",
+                "format": "date-time",
+                "description": "the session's last update as stored (what a read of it shows)",
+            },
             "state": OBJECT,
         },
-        ["events", "created", "revision", "state"],
+        ["events", "created", "revision", "updated_at", "state"],
     ),
     "SessionCreate": strict(
         {
@@ -161,6 +166,11 @@ COMPONENTS = {
             "event_count": {"type": "integer"},
             "created_at": {"type": "string", "format": "date-time"},
             "updated_at": {"type": "string", "format": "date-time"},
+            "state": {
+                **OBJECT,
+                "description": "with include=state: the session's keys merged with its user: "
+                "and app: state",
+            },
         },
         ["session_id", "user_id", "revision", "event_count", "created_at", "updated_at"],
     ),

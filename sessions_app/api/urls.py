@@ -5,6 +5,7 @@ from sessions_app.api import compaction_views, invocation_views, views
 base = "apps/<str:app>/users/<str:user>"
 
 urlpatterns = [
+    path("apps/<str:app>/sessions", views.AppSessionListView.as_view(), name="app-sessions"),
     path(f"{base}/state", views.UserStateView.as_view(), name="user-state"),
     path(f"{base}/sessions", views.SessionListView.as_view(), name="sessions"),
     path(f"{base}/sessions/<str:sid>", views.SessionDetailView.as_view(), name="session"),

@@ -58,10 +58,10 @@ def _is_number(raw: str) -> bool:
     return True
 
 
-def _bool_param(request, name: str) -> bool:
+def _bool_param(request, name: str, *, default: bool = False) -> bool:
     raw = request.query_params.get(name)
     if raw is None:
-        return False
+        return default
     if raw not in {"true", "false", "1", "0"}:
         raise ServiceError(
             "invalid_parameter", f"{name} must be true or false", details={"parameter": name}
@@ -89,6 +89,22 @@ def _list_param(request, name: str, *, choices: tuple[str, ...] | None = None) -
     return values
 
 
+def _choice_param(request, name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if raw not in choices:
+        raise ServiceError(
+            "invalid_parameter",
+            f"{name} must be one of {list(choices)}",
+            details={"parameter": name},
+        )
+    return raw
+
+
+SUMMARY_FIELDS = ("session_id", "user_id", "revision", "event_count", "created_at", "updated_at")
+
+
 def session_summary(session: Session) -> dict:
     return {
         "session_id": session.session_id,
@@ -101,7 +117,14 @@ def session_summary(session: Session) -> dict:
 
 
 class SessionCursor(Cursor):
-    ordering = ("-updated_at", "-id")
+    """By last update (``updated_at``, then id), oldest or newest first as the view's
+    ``order`` says; a cursor decodes only in the order that issued it."""
+
+    def get_ordering(self, request, queryset, view):
+        return ("updated_at", "id") if view.order == "asc" else ("-updated_at", "-id")
+
+    def _salt(self, request) -> str:
+        return f"{super()._salt(request)}:{self.ordering[0]}"
 
 
 class EventCursor(Cursor):
@@ -120,20 +143,88 @@ class SessionsScopedView(AppScopedView):
         return session
 
 
-class SessionListView(SessionsScopedView):
-    """A user's sessions, newest activity first, by cursor; or create one."""
+SESSION_LIST_PARAMS = PAGINATION_QUERY_PARAMS | {"include", "order"}
 
-    allowed_query_params = PAGINATION_QUERY_PARAMS
+
+def session_list_parameters(default_order: str) -> list[OpenApiParameter]:
+    return [
+        OpenApiParameter(
+            "order",
+            str,
+            enum=["asc", "desc"],
+            description=f"by last update (updated_at, then id); default {default_order}",
+        ),
+        OpenApiParameter(
+            "include",
+            str,
+            enum=["state"],
+            description="state: each session's state merged with its user: and app: state",
+        ),
+    ]
+
+
+class SessionPageView(SessionsScopedView):
+    """A page of session summaries by last update, each with its merged state on
+    ``include=state`` (one more query for the page's app and user states)."""
+
     pagination_class = SessionCursor
+    default_order = "desc"
+    order = default_order
 
-    @extend_schema(operation_id="sessions_list", responses={200: ref("SessionPage")})
+    def session_page(self, request, queryset):
+        self.order = _choice_param(request, "order", ("asc", "desc"), self.default_order)
+        with_state = "state" in (_list_param(request, "include", choices=("state",)) or ())
+        fields = SUMMARY_FIELDS + (("state",) if with_state else ())
+        page = self.paginate_queryset(queryset.only(*fields))
+        rows = [session_summary(session) for session in page]
+        if with_state:
+            for row, state in zip(rows, selectors.merged_states(self.tenant, page), strict=True):
+                row["state"] = state
+        return self.get_paginated_response(rows)
+
+
+class AppSessionListView(SessionPageView):
+    """The app's sessions of every user (or of ``user_id``), oldest activity first by
+    default (ADK's ``list_sessions`` order)."""
+
+    allowed_query_params = SESSION_LIST_PARAMS | {"user_id"}
+    default_order = "asc"
+
+    @extend_schema(
+        operation_id="app_sessions_list",
+        parameters=[
+            *session_list_parameters("asc"),
+            OpenApiParameter("user_id", str, description="only this user's sessions"),
+        ],
+        responses={200: ref("SessionPage")},
+    )
+    def get(self, request, app):
+        queryset = self.get_queryset()
+        user_id = request.query_params.get("user_id")
+        if user_id is not None:
+            problem = path_segment_error("user", user_id)
+            if problem:
+                raise ServiceError(
+                    "invalid_parameter",
+                    problem.replace("user", "user_id", 1),
+                    details={"parameter": "user_id"},
+                )
+            queryset = queryset.filter(user_id=user_id)
+        return self.session_page(request, queryset)
+
+
+class SessionListView(SessionPageView):
+    """A user's sessions, newest activity first by default, by cursor; or create one."""
+
+    allowed_query_params = SESSION_LIST_PARAMS
+
+    @extend_schema(
+        operation_id="sessions_list",
+        parameters=session_list_parameters("desc"),
+        responses={200: ref("SessionPage")},
+    )
     def get(self, request, app, user):
-        page = self.paginate_queryset(
-            self.get_queryset().only(
-                "session_id", "user_id", "revision", "event_count", "created_at", "updated_at"
-            )
-        )
-        return self.get_paginated_response([session_summary(session) for session in page])
+        return self.session_page(request, self.get_queryset())
 
     @extend_schema(
         operation_id="sessions_create",
@@ -165,10 +256,26 @@ class SessionListView(SessionsScopedView):
         )
 
 
+def hidden_ranges(request, session_pk: int) -> list[tuple[int, int]]:
+    """The seq ranges the session's visible checkpoints hide, when the request leaves hidden
+    events out (``include_hidden=false``); none by default: both reads of a session's events
+    return every stored event, as an ADK session keeps them."""
+    if _bool_param(request, "include_hidden", default=True):
+        return []
+    return [(c.view.first_seq, c.view.last_seq) for c in history.visible_checkpoints(session_pk)]
+
+
+INCLUDE_HIDDEN = OpenApiParameter(
+    "include_hidden",
+    bool,
+    description="default true: every stored event; false: leave out what a checkpoint hides",
+)
+
+
 class SessionDetailView(SessionsScopedView):
     """One session with its state and events; ``DELETE`` removes it with its events."""
 
-    allowed_query_params = frozenset({"num_recent_events", "after_timestamp"})
+    allowed_query_params = frozenset({"num_recent_events", "after_timestamp", "include_hidden"})
 
     @extend_schema(
         operation_id="sessions_get",
@@ -177,6 +284,7 @@ class SessionDetailView(SessionsScopedView):
             OpenApiParameter(
                 "after_timestamp", str, description="only events at or after this time"
             ),
+            INCLUDE_HIDDEN,
         ],
         responses={200: ref("Session")},
     )
@@ -186,10 +294,12 @@ class SessionDetailView(SessionsScopedView):
         session = selectors.session_with_state(self.tenant, user, sid)
         if session is None:
             raise not_found()
+        session_pk = session.pop("pk")
         events, complete = selectors.session_events_json(
-            session.pop("pk"),
+            session_pk,
             num_recent_events=num_recent_events,
             after_timestamp=after_timestamp,
+            hidden=hidden_ranges(request, session_pk),
             cap=settings.CTXADMIN_SESSION_EVENTS_MAX,
         )
         session["events_complete"] = complete
@@ -242,9 +352,7 @@ class EventListView(SessionsScopedView):
             OpenApiParameter("after_timestamp", str, description="inclusive"),
             OpenApiParameter("before_timestamp", str, description="inclusive"),
             OpenApiParameter("final_only", bool),
-            OpenApiParameter(
-                "include_hidden", bool, description="also events hidden by compaction"
-            ),
+            INCLUDE_HIDDEN,
         ],
         responses={200: ref("EventPage")},
     )
@@ -264,11 +372,8 @@ class EventListView(SessionsScopedView):
             before_timestamp=_timestamp_param(request, "before_timestamp"),
             final_only=_bool_param(request, "final_only"),
         )
-        if not _bool_param(request, "include_hidden"):
-            for checkpoint in history.visible_checkpoints(session.pk):
-                queryset = queryset.exclude(
-                    seq__range=(checkpoint.view.first_seq, checkpoint.view.last_seq)
-                )
+        for first, last in hidden_ranges(request, session.pk):
+            queryset = queryset.exclude(seq__range=(first, last))
         page = self.paginate_queryset(selectors.events_as_json(queryset))
         links = json.dumps(
             {"next": self.paginator.get_next_link(), "previous": self.paginator.get_previous_link()}
@@ -306,6 +411,7 @@ class EventListView(SessionsScopedView):
                 "events": result.events,
                 "created": result.created,
                 "revision": result.revision,
+                "updated_at": iso_timestamp(result.updated_at),
                 "state": result.state,
             },
             status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,

@@ -79,8 +79,9 @@ def test_an_adk_name_works_end_to_end(name):
     shown = api.get(f"{base}/users/u1/sessions/s1")
     assert shown.status_code == 200 and shown.json()["app"] == name
     assert len(shown.json()["events"]) == 1
-    listed = api.get(f"{base}/users/u1/sessions").json()["results"]
-    assert [(row["user_id"], row["session_id"]) for row in listed] == [("u1", "s1")]
+    for listing in (f"{base}/users/u1/sessions", f"{base}/sessions"):
+        listed = api.get(listing).json()["results"]
+        assert [(row["user_id"], row["session_id"]) for row in listed] == [("u1", "s1")]
 
 
 @pytest.mark.django_db

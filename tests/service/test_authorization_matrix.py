@@ -30,6 +30,7 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
     "api/v1/apps/<str:app>/key": {"get": (NONE, None)},
     "api/v1/apps/<str:app>/keys": {"get": (A, None)},
     "api/v1/apps/<str:app>/keys/<str:prefix>": {"get": (A, None), "delete": (A, None)},
+    "api/v1/apps/<str:app>/sessions": {"get": (S, None)},
     "api/v1/apps/<str:app>/users/<str:user>/state": {"get": (S, "state_read")},
     "api/v1/apps/<str:app>/users/<str:user>/sessions": {"get": (S, None), "post": (S, None)},
     "api/v1/apps/<str:app>/users/<str:user>/sessions/<str:sid>": {

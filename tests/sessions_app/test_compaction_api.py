@@ -261,14 +261,16 @@ class TestManualCompaction:
         assert session.event_count == Event.objects.count()
         assert covered
 
-    def test_audit_retention_keeps_sources_listed_only_with_include_hidden(self, api):
+    def test_audit_retention_keeps_sources_left_out_only_without_include_hidden(self, api):
         set_policy(api, token_threshold=10, retain_recent_exchanges=1)
         conversation(api, 5)
         done = compact(api)
-        listed = [e["event_id"] for e in api.get(f"{SESSION}/events").json()["results"]]
-        everything = [
+        listed = [
             e["event_id"]
-            for e in api.get(f"{SESSION}/events?include_hidden=true&limit=100").json()["results"]
+            for e in api.get(f"{SESSION}/events?include_hidden=false&limit=100").json()["results"]
+        ]
+        everything = [
+            e["event_id"] for e in api.get(f"{SESSION}/events?limit=100").json()["results"]
         ]
         assert "u1" not in listed and "u1" in everything
         assert done["summary_event_id"] in listed
