@@ -41,6 +41,11 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
     app name ADK passes.
     """
 
+    #: The page size of the lists read whole (sessions, a long session's events): the
+    #: server's default ``CTXADMIN_MAX_PAGE_SIZE``, so each page is one round trip of as
+    #: many items as a deployment allows by default.
+    page_size = 200
+
     @override
     async def create_session(
         self,
@@ -91,9 +96,8 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
         filters: dict[str, Any] = {"include_hidden": "true"}
         if after is not None:
             filters["after_timestamp"] = after
-        return [
-            event async for event in self.client.list_events(app, user_id, session_id, **filters)
-        ]
+        events = self.client.list_events(app, user_id, session_id, limit=self.page_size, **filters)
+        return [event async for event in events]
 
     @override
     async def list_sessions(
@@ -101,7 +105,11 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
     ) -> ListSessionsResponse:
         """Without events, with merged state; oldest update first (ties by user, then id)."""
         items = self.client.list_sessions(
-            self._app(app_name), user_id=user_id, include_state=True, order="asc"
+            self._app(app_name),
+            user_id=user_id,
+            include_state=True,
+            order="asc",
+            limit=self.page_size,
         )
         sessions = [
             _wire.session_from_wire(app_name, item, with_events=False) async for item in items
