@@ -293,3 +293,24 @@ async def test_an_event_delivered_twice_is_stored_and_applied_once(adk, peer, us
         stored = await service.get_session(app_name=adk.app, user_id=user, session_id="twice")
         answers.append(([e.id for e in session.events], [e.id for e in stored.events]))
     assert answers[0] == answers[1] == (["ev-1"], ["ev-1"])
+
+
+async def test_a_server_compaction_is_not_another_writer(adk, user):
+    session = await adk.sessions.create_session(app_name=adk.app, user_id=user, session_id="cp")
+    words = "the traveller compared the morning and the evening trains to the coast "
+    for n in range(1, 9):
+        author = "user" if n % 2 else "guide"
+        await adk.sessions.append_event(
+            session, text_event(n, f"turn {n}: {words * 4}", author=author, invocation=f"i{n}")
+        )
+    await adk.client.set_session_compaction_policy(
+        adk.app, user, "cp", retain_recent_exchanges=1, automatic=False
+    )
+    compaction = await adk.client.request_compaction(adk.app, user, "cp")
+    # The session object was read before the summary was stored; its next append goes on.
+    await adk.sessions.append_event(session, text_event(9, "and a return ticket", invocation="i9"))
+    summaries = [event for event in session.events if event.actions.compaction]
+    assert len(summaries) == 1, compaction
+    stored = await adk.sessions.get_session(app_name=adk.app, user_id=user, session_id="cp")
+    assert [e.id for e in stored.events] == [e.id for e in session.events]
+    assert stored.events[-2].actions.compaction.compacted_content.parts[0].text

@@ -19,12 +19,8 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
-from ctxadmin_client.adk import _wire
+from ctxadmin_client.adk._compactions import take_server_compactions
 from ctxadmin_client.adk._connection import Connection
-
-#: How many of the newest stored events are read to find the summary event a ``compress``
-#: appended (it is the newest, unless the session moved on meanwhile).
-RECENT_AFTER_COMPACTION = 8
 
 
 def _wire_content(content: types.Content) -> dict[str, Any]:
@@ -104,31 +100,12 @@ class CtxAdminContextPlugin(BasePlugin):
         )
         self.last_accounting = answer.get("accounting") or {}
         if self.last_accounting.get("compaction_id"):
-            await self._take_summary_event(session)
+            # The summary it stored advanced the session: the Runner's session takes it.
+            await take_server_compactions(
+                self._connection.client, self._connection.app_for(session.app_name), session
+            )
         llm_request.contents = contents_from(answer["envelope"], event_id)
         return None
-
-    async def _take_summary_event(self, session) -> None:
-        """A ``compress`` stored its summary as a compaction event, which advanced the
-        session's revision: the runner's session object takes that event and revision, so
-        its next append is not refused as stale. Anything else stored meanwhile leaves the
-        session as it was (its next append is then stale, as it should be)."""
-        revision = _wire.revision_of(session)
-        doc = await self._connection.client.get_session(
-            self._connection.app_for(session.app_name),
-            session.user_id,
-            session.id,
-            num_recent_events=RECENT_AFTER_COMPACTION,
-        )
-        known = {event.id for event in session.events}
-        new = [_wire.event_from_wire(e) for e in doc["events"] if e["event_id"] not in known]
-        if revision is None or doc["revision"] != revision + len(new):
-            return
-        if not new or not all(event.actions.compaction for event in new):
-            return
-        session.events.extend(new)
-        session._storage_update_marker = str(doc["revision"])
-        session.last_update_time = _wire.seconds(doc["updated_at"])
 
     async def close(self) -> None:
         await self._connection.close()

@@ -4,7 +4,9 @@ A drop-in for ``DatabaseSessionService``: sessions, events and the ``app:``/``us
 state scopes live in ctxadmin; ``temp:`` keys stay in the in-memory session and are never
 sent. A session read from ctxadmin remembers the revision it was read at, and each append
 sends it as ``expected_revision``: a writer holding a superseded copy gets ADK's
-``StaleSessionError`` and nothing is written, as with ADK's database service.
+``StaleSessionError`` and nothing is written, as with ADK's database service. The summary
+events of ctxadmin's own compactions (automatic, or a context build's ``compress``) are not
+another writer: an append that finds only those stored since joins them and goes on.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing_extensions import override
 
 from ctxadmin_client import errors
 from ctxadmin_client.adk import _wire
+from ctxadmin_client.adk._compactions import take_server_compactions
 from ctxadmin_client.adk._connection import ConnectedService
 
 STALE_MESSAGE = (
@@ -129,6 +132,14 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
         answer = await self.client.get_user_state(self._app(app_name), user_id)
         return _wire.user_state(answer.get("state") or {})
 
+    async def _append(self, app: str, session: Session, wire: dict) -> dict:
+        try:
+            return await self.client.append_event(
+                app, session.user_id, session.id, wire, expected_revision=_wire.revision_of(session)
+            )
+        except errors.NotFoundError:
+            raise SessionNotFoundError(f"Session {session.id} not found.") from None
+
     @override
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
@@ -136,18 +147,18 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
         # As ADK's base class: temp: keys reach the in-memory session, never storage.
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
+        app = self._app(session.app_name)
+        wire = _wire.event_to_wire(event)
         try:
-            answer = await self.client.append_event(
-                self._app(session.app_name),
-                session.user_id,
-                session.id,
-                _wire.event_to_wire(event),
-                expected_revision=_wire.revision_of(session),
-            )
+            answer = await self._append(app, session, wire)
         except errors.StaleSessionError:
-            raise StaleSessionError(STALE_MESSAGE) from None
-        except errors.NotFoundError:
-            raise SessionNotFoundError(f"Session {session.id} not found.") from None
+            # A compaction on the server stored its summary meanwhile: take it, then retry.
+            if not await take_server_compactions(self.client, app, session):
+                raise StaleSessionError(STALE_MESSAGE) from None
+            try:
+                answer = await self._append(app, session, wire)
+            except errors.StaleSessionError:
+                raise StaleSessionError(STALE_MESSAGE) from None
         session._storage_update_marker = str(answer["revision"])
         updated = answer.get("updated_at")
         session.last_update_time = _wire.seconds(updated) if updated else event.timestamp
