@@ -19,7 +19,7 @@ from sessions_app import store
 from sessions_app.compaction import model
 from sessions_app.compaction.policy import CompactionPolicy
 from sessions_app.context import envelope as env
-from sessions_app.context.adk_view import AdkEvent, adk_view
+from sessions_app.context.adk_view import AdkEvent, adk_view, rewound
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.context.select import EventMeta
 from sessions_app.events import (
@@ -28,6 +28,7 @@ from sessions_app.events import (
     MARKERS,
     MODEL_CONTENT,
     NOT_HISTORY,
+    REWIND,
     TEXT,
     content_kinds,
 )
@@ -150,6 +151,7 @@ def source_events(
             [session_pk, NOT_HISTORY, *params],
         )
         rows = cursor.fetchall()
+    gone = rewound_seqs(session_pk)
     return [
         model.SourceEvent(
             seq=seq,
@@ -162,7 +164,28 @@ def source_events(
             turn_complete=turn_complete,
         )
         for seq, event_id, invocation_id, author, item, size, when, turn_complete in rows
+        if seq not in gone
     ]
+
+
+def rewound_seqs(session_pk: int) -> frozenset[int]:
+    """The events a client's rewinds take out of the session's history: compaction never
+    summarises them, as no context shows them (ADK's compactor applies rewinds too). One
+    query that reads no event unless the session holds a rewind."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, invocation_id, actions ->> 'rewind_before_invocation_id' "
+            "FROM sessions_app_event WHERE session_id = %s AND kinds & %s = 0 AND EXISTS ("
+            "SELECT 1 FROM sessions_app_event WHERE session_id = %s AND kinds & %s <> 0) "
+            "ORDER BY seq",
+            [session_pk, COMPACTION, session_pk, REWIND],
+        )
+        rows = cursor.fetchall()
+    if not rows:
+        return frozenset()
+    return rewound(
+        [AdkEvent(seq, invocation, 0, rewind_before=target) for seq, invocation, target in rows]
+    )
 
 
 def automatic_state(session_pk: int) -> model.AutomaticState:

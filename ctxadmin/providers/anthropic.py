@@ -126,7 +126,9 @@ def _id(value: str) -> str:
 def _blocks(content: dict) -> list[dict]:
     blocks: list[dict] = []
     for part in content["parts"]:
-        # Anthropic refuses empty text blocks.
+        # Anthropic refuses empty text blocks; another model's thoughts are not the reply.
+        if part.get("thought"):
+            continue
         if part.get("text"):
             blocks.append({"type": "text", "text": part["text"]})
         elif "function_call" in part:

@@ -120,7 +120,10 @@ def _messages(call: GenerateCall) -> list[dict]:
     if call.instructions:
         messages.append({"role": "system", "content": call.instructions})
     for content in call.contents:
-        texts = [part["text"] for part in content["parts"] if "text" in part]
+        # A thought (Gemini's reasoning, kept for Gemini) is not part of what was said.
+        texts = [
+            part["text"] for part in content["parts"] if "text" in part and not part.get("thought")
+        ]
         if content["role"] == "model":
             tool_calls = [
                 {

@@ -20,18 +20,26 @@ CJK = (
     "\\U00020000-\\U0003134f]+"
 )
 
+# Text without those characters (most of it) takes the short way: the configuration's
+# lexemes of its NFC form, about 17 µs for a sentence where ``to_tsvector`` alone takes 11.
 FUNCTION = f"""
 CREATE FUNCTION memory_search_vector(config regconfig, content text, query boolean DEFAULT false)
-RETURNS tsvector LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-SELECT to_tsvector(config, regexp_replace(normalize(content, NFC), '{CJK}', ' ', 'g'))
-    || array_to_tsvector(ARRAY(
-           SELECT DISTINCT substr(m.parts[1], i, g.n)
-             FROM regexp_matches(normalize(content, NFC), '{CJK}', 'g') AS m(parts),
-                  generate_series(1, length(m.parts[1])) AS i,
-                  (VALUES (1), (2)) AS g(n)
-            WHERE i + g.n - 1 <= length(m.parts[1])
-              AND (g.n = 2 OR NOT query OR length(m.parts[1]) = 1)))
-$$;
+RETURNS tsvector LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    nfc text := normalize(content, NFC);
+BEGIN
+    IF nfc !~ '{CJK}' THEN
+        RETURN to_tsvector(config, nfc);
+    END IF;
+    RETURN to_tsvector(config, regexp_replace(nfc, '{CJK}', ' ', 'g'))
+        || array_to_tsvector(ARRAY(
+               SELECT DISTINCT substr(m.parts[1], i, g.n)
+                 FROM regexp_matches(nfc, '{CJK}', 'g') AS m(parts),
+                      generate_series(1, length(m.parts[1])) AS i,
+                      (VALUES (1), (2)) AS g(n)
+                WHERE i + g.n - 1 <= length(m.parts[1])
+                  AND (g.n = 2 OR NOT query OR length(m.parts[1]) = 1)));
+END $$;
 """
 
 

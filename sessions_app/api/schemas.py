@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
 from ctxadmin.api.schema import OBJECT, page, ref, strict
+from sessions_app.adk_shapes import ADK_VERSION, MODELS
 from sessions_app.compaction.policy import LIMITS as POLICY_LIMITS
 from sessions_app.compaction.policy import NULLABLE as _NULLABLE_POLICY_FIELDS
 from sessions_app.compaction.policy import RETENTION_MODES, SUMMARIZER_KINDS, ZERO_ALLOWED
 from sessions_app.events import (
+    ACTION_KEYS,
     CONTENT_TYPES,
     FUNCTION_NAME_PATTERN,
+    KEPT_EVENT_KEYS,
     MIME_TYPE_PATTERN,
+    PART_KINDS,
     USAGE_KEYS,
 )
 
@@ -31,8 +35,29 @@ _FUNCTION_NAME = {"type": "string", "pattern": f"^{FUNCTION_NAME_PATTERN}$"}
 _MIME_TYPE = {"type": "string", "pattern": f"^{MIME_TYPE_PATTERN}$", "maxLength": 255}
 
 
-def _one_key(name: str, value: dict) -> dict:
-    return strict({name: value}, [name])
+def _kept_schema(kind: str | None) -> dict:
+    """A kept ADK field: its nested models as open objects (their keys are ADK's; the
+    validator checks them against ``sessions_app.adk_shapes``), a free value as any JSON."""
+    if kind is None:
+        return {}
+    if kind.startswith("["):
+        return {"type": "array", "items": OBJECT, "description": f"ADK's {kind[1:-1]} objects"}
+    if kind.startswith("{"):
+        return {**OBJECT, "description": f"ADK's {kind[1:-1]} objects by key"}
+    return {**OBJECT, "description": f"ADK's {kind}", "nullable": True}
+
+
+def _kept(model: str, interpreted) -> dict:
+    """The properties of ADK's ``model`` ctxadmin keeps as given (all but ``interpreted``)."""
+    fields = MODELS[model]
+    return {name: _kept_schema(fields[name]) for name in sorted(set(fields) - set(interpreted))}
+
+
+_KEPT_NOTE = (
+    f"Fields of google-adk {ADK_VERSION}'s model that ctxadmin does not interpret are kept as "
+    "given and returned unchanged; keys outside it are refused."
+)
+_BYTES = {"type": "string", "format": "byte", "description": "standard or URL-safe base64"}
 
 
 _INCLUDE_EXCLUDE = strict(
@@ -46,40 +71,67 @@ _POSITIVE = {"type": "integer", "minimum": 1}
 
 COMPONENTS = {
     "Part": {
-        "description": "Exactly one of text, function_call, function_response, inline_data, "
-        "file_data.",
-        "oneOf": [
-            _one_key("text", {"type": "string"}),
-            _one_key(
-                "function_call",
-                strict({"id": _ID, "name": _FUNCTION_NAME, "args": OBJECT}, ["id", "name"]),
-            ),
-            _one_key(
-                "function_response",
-                strict({"id": _ID, "name": _FUNCTION_NAME, "response": OBJECT}, ["id", "name"]),
-            ),
-            _one_key(
-                "inline_data",
-                strict(
-                    {"mime_type": _MIME_TYPE, "data": {"type": "string", "format": "byte"}},
+        **strict(
+            {
+                "text": {"type": "string"},
+                "function_call": strict(
+                    {
+                        "id": _ID,
+                        "name": _FUNCTION_NAME,
+                        "args": OBJECT,
+                        **_kept("FunctionCall", ["id", "name", "args"]),
+                    },
+                    ["id", "name"],
+                ),
+                "function_response": strict(
+                    {
+                        "id": _ID,
+                        "name": _FUNCTION_NAME,
+                        "response": OBJECT,
+                        **_kept("FunctionResponse", ["id", "name", "response"]),
+                    },
+                    ["id", "name"],
+                ),
+                "inline_data": strict(
+                    {
+                        "mime_type": _MIME_TYPE,
+                        "data": _BYTES,
+                        **_kept("Blob", ["mime_type", "data"]),
+                    },
                     ["mime_type", "data"],
                 ),
-            ),
-            _one_key(
-                "file_data",
-                strict(
-                    {"mime_type": _MIME_TYPE, "file_uri": {"type": "string"}},
+                "file_data": strict(
+                    {
+                        "mime_type": _MIME_TYPE,
+                        "file_uri": {"type": "string", "maxLength": 2048},
+                        **_kept("FileData", ["mime_type", "file_uri"]),
+                    },
                     ["mime_type", "file_uri"],
                 ),
-            ),
-        ],
+                **_kept("Part", PART_KINDS),
+                "thought": {"type": "boolean"},
+                "thought_signature": _BYTES,
+            }
+        ),
+        "description": "At most one of text, function_call, function_response, inline_data, "
+        "file_data (what ctxadmin reads), beside any of ADK's other part fields (a thought, "
+        "its signature, executable code, ...). " + _KEPT_NOTE,
     },
     "Content": strict(
         {
             "role": {"type": "string", "pattern": "^[a-z][a-z_]{0,31}$"},
-            "parts": {"type": "array", "items": ref("Part"), "minItems": 1},
+            "parts": {"type": "array", "items": ref("Part")},
+        }
+    ),
+    "EventCompaction": strict(
+        {
+            "start_timestamp": {"type": "number", "description": "seconds since the epoch"},
+            "end_timestamp": {"type": "number", "description": "seconds since the epoch"},
+            "compacted_content": ref("Content"),
         },
-        ["role", "parts"],
+        ["start_timestamp", "end_timestamp", "compacted_content"],
+        description="A client's own compaction (ADK's EventsCompactionConfig): its content "
+        "stands in a built context for the events of its time span.",
     ),
     "EventActions": strict(
         {
@@ -89,9 +141,22 @@ COMPONENTS = {
                 "description": "app:, user:, temp: prefixes select the scope",
             },
             "artifact_delta": {"type": "object", "additionalProperties": {"type": "integer"}},
-        }
+            "compaction": ref("EventCompaction"),
+            "rewind_before_invocation_id": {
+                **_ID,
+                "description": "hides the invocations from this one on from a built context",
+            },
+            **_kept("EventActions", ACTION_KEYS),
+        },
+        description=_KEPT_NOTE,
     ),
-    "UsageMetadata": strict({key: {"type": "integer", "minimum": 0} for key in sorted(USAGE_KEYS)}),
+    "UsageMetadata": strict(
+        {
+            **{key: {"type": "integer", "minimum": 0} for key in sorted(USAGE_KEYS)},
+            **_kept("GenerateContentResponseUsageMetadata", USAGE_KEYS),
+        },
+        description=_KEPT_NOTE,
+    ),
     "EventInput": strict(
         {
             "event_id": {**_ID, "nullable": True},
@@ -104,8 +169,15 @@ COMPONENTS = {
             "timestamp": {**_TIMESTAMP, "nullable": True},
             "usage_metadata": {**ref("UsageMetadata"), "nullable": True},
             "custom_metadata": {**OBJECT, "nullable": True},
+            **{
+                name: {**_kept_schema(MODELS["Event"][name]), "nullable": True}
+                for name in sorted(KEPT_EVENT_KEYS)
+            },
         },
         ["author"],
+        description=_KEPT_NOTE + " The top-level ones are bounded together "
+        "(EventLimits.max_kept_bytes, 256 KiB of canonical JSON); the whole event by "
+        "CTXADMIN_MAX_EVENT_BYTES.",
     ),
     "Event": strict(
         {
@@ -124,8 +196,11 @@ COMPONENTS = {
             "token_estimate": {"type": "integer"},
             "content_hash": {"type": "string"},
             "stored": {"type": "boolean"},
+            **{name: _kept_schema(MODELS["Event"][name]) for name in sorted(KEPT_EVENT_KEYS)},
         },
         ["event_id", "seq", "author", "partial", "timestamp", "stored"],
+        description="The event as stored: ctxadmin's fields, and ADK's kept fields as sent "
+        "(present only when sent).",
     ),
     "AppendRequest": {
         **strict(

@@ -23,6 +23,7 @@ from sessions_app.history import (
     Visible,
     compaction_ids,
     head_of,
+    rewound_seqs,
     uncovered_sql,
     visible_checkpoints,
 )
@@ -138,6 +139,8 @@ def commit_outcome(
                 [session.pk, outcome.first_seq, outcome.last_seq, NOT_HISTORY, *params],
             )
             present = cursor.fetchall()
+        gone = rewound_seqs(session.pk)  # never sources (history.source_events)
+        present = [row for row in present if row[1] not in gone]
         present_ids = tuple(event_id for event_id, _seq, _when in present)
         missing = set(outcome.projected) - set(present_ids)
         if missing:

@@ -65,6 +65,11 @@ def _rewound(events: list[AdkEvent]) -> list[AdkEvent]:
     return kept
 
 
+def rewound(events: list[AdkEvent]) -> frozenset[int]:
+    """The seqs a client's rewinds take out (the rewind events with them)."""
+    return frozenset(e.seq for e in events) - {e.seq for e in _rewound(events)}
+
+
 def _kept_compactions(events: list[AdkEvent]) -> list[tuple[int, int, int]]:
     """(index, start, end) of the compactions no other contains, in event order."""
     ranges = [(i, *e.compaction) for i, e in enumerate(events) if e.compaction is not None]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ctxadmin.providers.generate import sendable
 from ctxadmin.testing.fake_providers import FakeProvider
 from tests.generate_helpers import CALL, KEY, PROMPT, RESPONSE, run
@@ -67,3 +69,28 @@ def test_thought_and_signature_go_out_in_gemini_names():
     assert model_parts[1]["functionCall"]["id"] == CALL["id"]
     assert len(model_parts) == 2
     assert body["contents"][2]["role"] == "user"
+
+
+@pytest.mark.parametrize("kind", ["openai_compatible", "anthropic"])
+def test_a_thought_is_not_sent_as_said_text_to_other_providers(kind):
+    thinking = "THOUGHT-77ab: weighing the order"
+    stored_turns = [
+        {"role": "user", "parts": [{"text": PROMPT}]},
+        {
+            "role": "model",
+            "parts": [
+                {"text": thinking, "thought": True, "thought_signature": "c2lnLTA="},
+                {"text": "Looking it up."},
+                {"function_call": CALL},
+            ],
+        },
+        {"role": "user", "parts": [{"function_response": RESPONSE}]},
+    ]
+    contents = [sendable(content) for content in stored_turns]
+    with FakeProvider(kind, api_key=KEY) as fake:
+        fake.script(fake.success("done"))
+        run(fake.connection(), contents=contents)
+        body = fake.requests[-1].body.decode()
+    assert fake.problems == []
+    assert "Looking it up." in body
+    assert "THOUGHT-77ab" not in body

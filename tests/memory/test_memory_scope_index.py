@@ -39,9 +39,11 @@ def fill(client, user: str, count: int, app: str = "acme") -> list[str]:
 
 
 def vector_search(client, user: str, query: str, limit: int = 10, **body) -> list[dict]:
+    """The scope's nearest ``limit`` entries, without the relevance floor (these tests are
+    about which index finds them)."""
     result = client.post(
         f"{url(user)}/search",
-        {"query": query, "mode": "vector", "limit": limit, **body},
+        {"query": query, "mode": "vector", "limit": limit, "min_score": -1, **body},
         format="json",
     )
     assert result.status_code == 200, result.content

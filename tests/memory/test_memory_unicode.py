@@ -34,9 +34,9 @@ def ids(hits) -> list[str]:
 @pytest.mark.parametrize(("stored", "asked"), [(COMPOSED, DECOMPOSED), (DECOMPOSED, COMPOSED)])
 @pytest.mark.parametrize("mode", ["lexical", "vector", "hybrid"])
 def test_either_form_finds_the_other(api, stored, asked, mode):
-    entry = add(api, content=f"Met Jon at the {stored} Lumière on Friday")
+    entry = add(api, content=f"Met Jon at the {stored} on Friday")
     add(api, content="The weather was rainy all week")
-    hits = search(api, query=f"{asked} Lumi\u00e8re", mode=mode)
+    hits = search(api, query=asked, mode=mode)
     assert ids(hits) == [entry["id"]]
     # Stored as sent, not normalised.
     assert api.get(f"{url()}/{entry['id']}").json()["content"] == entry["content"]

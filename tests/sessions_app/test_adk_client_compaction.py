@@ -73,3 +73,26 @@ def test_ctxadmin_compaction_never_summarises_nor_purges_a_client_compaction(api
     # ctxadmin's own summary event is told apart from the client's.
     own = Event.objects.get(event_id=done["summary_event_id"])
     assert own.kinds == 32 and own.actions["compaction"]
+
+
+def test_ctxadmin_compaction_never_summarises_rewound_events(api):
+    put = api.put(
+        f"{SESSION}/compaction-policy",
+        {"token_threshold": 10, "retain_recent_exchanges": 1},
+        format="json",
+    )
+    assert put.status_code == 200, put.content
+    events = []
+    for turn in range(1, 7):
+        inv = {"invocation_id": f"inv-{turn}"}
+        events.append(text("user", words(40, f"ask{turn}-"), event_id=f"u{turn}", **inv))
+        events.append(text("agent", words(40, f"re{turn}-"), event_id=f"m{turn}", **inv))
+        if turn == 3:
+            rewind = {"rewind_before_invocation_id": "inv-2"}
+            events.append({"event_id": "rw", "author": "user", "actions": rewind})
+    post(api, "events", {"events": events}, 201)
+    done = post(api, "compactions", {}, 201)
+    sources = set(Checkpoint.objects.get(compaction_id=done["compaction_id"]).source_event_ids)
+    assert {"u1", "m1", "u4", "m4"} <= sources
+    assert not sources & {"u2", "m2", "u3", "m3", "rw"}
+    assert Event.objects.filter(event_id__in=["u2", "m3", "rw"]).count() == 3

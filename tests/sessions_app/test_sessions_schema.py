@@ -160,3 +160,42 @@ def test_compaction_flow_matches_the_document(owner):
         f"{session}/context", {"current_input": user_input(), "policy": {}}, format="json"
     )
     check("ContextResponse", built.json())
+
+
+@pytest.mark.django_db
+def test_adk_events_with_kept_fields_match_the_document(owner):
+    api = owner.client()
+    base = sessions_url("acme")
+    assert api.post(base, {"session_id": "s"}, format="json").status_code == 201
+    event = {
+        "event_id": "e-adk",
+        "author": "agent",
+        "branch": "root.helper",
+        "grounding_metadata": {"web_search_queries": ["q"]},
+        "long_running_tool_ids": ["c1"],
+        "content": {
+            "parts": [
+                {"text": "t", "thought": True, "thought_signature": "c2ln"},
+                {"executable_code": {"code": "print(1)", "language": "PYTHON"}},
+                {"function_call": {"id": "c1", "name": "f", "will_continue": False}},
+            ]
+        },
+        "actions": {
+            "escalate": True,
+            "requested_tool_confirmations": {"c1": {"hint": "ok?", "confirmed": False}},
+            "compaction": {
+                "start_timestamp": 1.5,
+                "end_timestamp": 2.5,
+                "compacted_content": {"role": "model", "parts": [{"text": "s"}]},
+            },
+        },
+        "usage_metadata": {"prompt_token_count": 1, "traffic_type": "ON_DEMAND"},
+    }
+    check("AppendRequest", {"event": event})
+    appended = api.post(f"{base}/s/events", {"event": event}, format="json")
+    assert appended.status_code == 201, appended.content
+    check("AppendResponse", appended.json())
+    check("EventPage", api.get(f"{base}/s/events").json())
+    check("Session", api.get(f"{base}/s").json())
+    errors = list(validator("AppendRequest").iter_errors({"event": {**event, "colour": 1}}))
+    assert errors  # the document refuses what the API refuses

@@ -55,7 +55,7 @@ OPERATIONS: dict[str, Operation] = {
         "DELETE", _SESSION + "/compaction-policy", ("delete_session_compaction_policy",)
     ),
     # sessions, events, state
-    "sessions_list_app": Operation("GET", _APP + "/sessions", ("list_sessions",)),
+    "app_sessions_list": Operation("GET", _APP + "/sessions", ("list_sessions",)),
     "sessions_list": Operation("GET", _USER + "/sessions", ("list_user_sessions",)),
     "sessions_create": Operation("POST", _USER + "/sessions", ("create_session",)),
     "sessions_get": Operation("GET", _SESSION, ("get_session",)),
@@ -127,6 +127,3 @@ OPERATIONS: dict[str, Operation] = {
     "outbox_stats": Operation("GET", _APP + "/outbox/stats", ("outbox_stats",)),
 }
 
-# Operations this client speaks that a server may not serve yet (the app-wide session list
-# arrived after the others): the schema check tolerates their absence, not a mismatch.
-NEWER_OPERATIONS: frozenset[str] = frozenset({"sessions_list_app"})

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sessions_app', '0012_reprune_context_json'),
+        ('sessions_app', '0013_session_app_activity'),
     ]
 
     operations = [
