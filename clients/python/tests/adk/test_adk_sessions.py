@@ -4,6 +4,7 @@ ctxadmin and on ADK's InMemorySessionService, and the two answers are compared."
 from __future__ import annotations
 
 import pytest
+from ctxadmin_client.adk import CtxAdminSessionService
 from google.adk.errors._stale_session_error import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
@@ -314,3 +315,23 @@ async def test_a_server_compaction_is_not_another_writer(adk, user):
     stored = await adk.sessions.get_session(app_name=adk.app, user_id=user, session_id="cp")
     assert [e.id for e in stored.events] == [e.id for e in session.events]
     assert stored.events[-2].actions.compaction.compacted_content.parts[0].text
+
+
+async def test_the_service_takes_a_url_and_key_or_a_client_and_maps_app_names(adk, user):
+    by_key = CtxAdminSessionService(adk.base_url, adk.key)
+    by_client = CtxAdminSessionService(adk.client)
+    mapped = CtxAdminSessionService(client=adk.client, app=adk.app)
+    try:
+        made = await by_key.create_session(app_name=adk.app, user_id=user, session_id="k")
+        seen = await by_client.get_session(app_name=adk.app, user_id=user, session_id="k")
+        assert seen is not None and seen.id == made.id
+        # Another ADK app name, stored in the one ctxadmin app the service names.
+        other = await mapped.create_session(app_name="Travel_Desk", user_id=user, session_id="m")
+        assert other.app_name == "Travel_Desk"
+        assert (await adk.client.get_session(adk.app, user, "m"))["session_id"] == "m"
+    finally:
+        await by_key.close()
+        await by_client.close()  # a client passed in stays open
+    assert (await adk.client.get_session(adk.app, user, "k"))["session_id"] == "k"
+    with pytest.raises(TypeError):
+        CtxAdminSessionService(adk.base_url, adk.key, client=adk.client)
