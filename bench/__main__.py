@@ -3,9 +3,10 @@
 Starts the whole service (``manage.py run``: embedded PostgreSQL 18 + pgvector, Redis,
 Celery, gunicorn with 4 workers) in ``var/bench``, drives it with HTTP clients on loopback,
 runs Google ADK's ``DatabaseSessionService`` on the same PostgreSQL server (``bench/adk_peer``),
-and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes both,
+ADK's session service through the Python client beside it (``bench/adk_client_bench``),
+and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes them,
 with their ratios, the command and the machine, to ``bench/BENCHMARKS.md`` (``--skip-peer``:
-neither peer). Last, the load and fault runs (``bench/load_bench``) against a service of their
+no peer). Last, the load and fault runs (``bench/load_bench``) against a service of their
 own.
 
     .venv/bin/python -m bench [--skip-peer] [--events 2000] [--big-events 10000]
@@ -20,6 +21,7 @@ import sys
 from datetime import UTC, datetime
 
 from bench import (
+    adk_client_bench,
     adk_peer,
     cache_bench,
     invocation_bench,
@@ -32,7 +34,7 @@ from bench import (
 )
 from bench.machine import machine, postgres_version
 from bench.report import write_report
-from bench.sections import REPORT
+from bench.sections import REPORT, splice
 from bench.service import bench_client, bench_service, stop_service
 from ctxadmin import stack
 
@@ -76,8 +78,10 @@ def main() -> None:
         cache = cache_bench.measure(service, bench_client(service, "cache", "cache"), fake_gemini)
         print("measuring invocations …", flush=True)
         invocations = invocation_bench.measure(bench_client(service, "invoke", "sessions"))
-        peer = None
+        peer = adk_client = None
         if not args.skip_peer:
+            print("measuring ADK's session service through the client …", flush=True)
+            adk_client = adk_client_bench.measure(service)
             print("measuring the peer (ADK DatabaseSessionService) …", flush=True)
             peer = adk_peer.run(service.database_url, events=args.events)
             print(json.dumps({k: v for k, v in peer.items() if k != "notes"}, indent=2), flush=True)
@@ -90,6 +94,9 @@ def main() -> None:
         stop_service(service)
         fake_gemini.stop()
     write_report(ours, peer, info, args, compaction, memory, outbox, cache, invocations)
+    if adk_client is not None:
+        section = adk_client_bench.report(adk_client)
+        REPORT.write_text(splice(REPORT.read_text(), section, adk_client_bench.SECTION))
     print(f"wrote {REPORT}")
     print("measuring the secret detectors …", flush=True)
     secret_bench.run_section("make bench")  # in process: no service
