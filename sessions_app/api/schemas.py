@@ -41,9 +41,14 @@ def _kept_schema(kind: str | None) -> dict:
     if kind is None:
         return {}
     if kind.startswith("["):
-        return {"type": "array", "items": OBJECT, "description": f"ADK's {kind[1:-1]} objects"}
+        return {
+            "type": "array",
+            "items": OBJECT,
+            "nullable": True,
+            "description": f"ADK's {kind[1:-1]} objects",
+        }
     if kind.startswith("{"):
-        return {**OBJECT, "description": f"ADK's {kind[1:-1]} objects by key"}
+        return {**OBJECT, "nullable": True, "description": f"ADK's {kind[1:-1]} objects by key"}
     return {**OBJECT, "description": f"ADK's {kind}", "nullable": True}
 
 
@@ -73,12 +78,12 @@ COMPONENTS = {
     "Part": {
         **strict(
             {
-                "text": {"type": "string"},
+                "text": {"type": "string", "nullable": True},
                 "function_call": strict(
                     {
                         "id": _ID,
                         "name": _FUNCTION_NAME,
-                        "args": OBJECT,
+                        "args": {**OBJECT, "nullable": True},
                         **_kept("FunctionCall", ["id", "name", "args"]),
                     },
                     ["id", "name"],
@@ -87,7 +92,7 @@ COMPONENTS = {
                     {
                         "id": _ID,
                         "name": _FUNCTION_NAME,
-                        "response": OBJECT,
+                        "response": {**OBJECT, "nullable": True},
                         **_kept("FunctionResponse", ["id", "name", "response"]),
                     },
                     ["id", "name"],
@@ -109,8 +114,8 @@ COMPONENTS = {
                     ["mime_type", "file_uri"],
                 ),
                 **_kept("Part", PART_KINDS),
-                "thought": {"type": "boolean"},
-                "thought_signature": _BYTES,
+                "thought": {"type": "boolean", "nullable": True},
+                "thought_signature": {**_BYTES, "nullable": True},
             }
         ),
         "description": "At most one of text, function_call, function_response, inline_data, "
@@ -119,8 +124,8 @@ COMPONENTS = {
     },
     "Content": strict(
         {
-            "role": {"type": "string", "pattern": "^[a-z][a-z_]{0,31}$"},
-            "parts": {"type": "array", "items": ref("Part")},
+            "role": {"type": "string", "pattern": "^[a-z][a-z_]{0,31}$", "nullable": True},
+            "parts": {"type": "array", "items": ref("Part"), "nullable": True},
         }
     ),
     "EventCompaction": strict(
@@ -152,7 +157,10 @@ COMPONENTS = {
     ),
     "UsageMetadata": strict(
         {
-            **{key: {"type": "integer", "minimum": 0} for key in sorted(USAGE_KEYS)},
+            **{
+                key: {"type": "integer", "minimum": 0, "nullable": True}
+                for key in sorted(USAGE_KEYS)
+            },
             **_kept("GenerateContentResponseUsageMetadata", USAGE_KEYS),
         },
         description=_KEPT_NOTE,
@@ -163,7 +171,7 @@ COMPONENTS = {
             "invocation_id": {"type": "string", "maxLength": 128, "nullable": True},
             "author": {"type": "string", "minLength": 1, "maxLength": 128},
             "content": {**ref("Content"), "nullable": True},
-            "partial": {"type": "boolean"},
+            "partial": {"type": "boolean", "nullable": True},
             "turn_complete": {"type": "boolean", "nullable": True},
             "actions": {**ref("EventActions"), "nullable": True},
             "timestamp": {**_TIMESTAMP, "nullable": True},
@@ -300,6 +308,18 @@ COMPONENTS = {
         }
     ),
 }
+# ADK's fields are optional: null is absent, for the data kinds of a part and the actions
+# ctxadmin reads as for the rest.
+for _component, _names in (
+    ("Part", ("function_call", "function_response", "inline_data", "file_data")),
+    (
+        "EventActions",
+        ("state_delta", "artifact_delta", "compaction", "rewind_before_invocation_id"),
+    ),
+):
+    _properties = COMPONENTS[_component]["properties"]
+    for _name in _names:
+        _properties[_name] = {**_properties[_name], "nullable": True}
 
 _UUID = {"type": "string", "format": "uuid"}
 _NULLABLE_INT = {"type": "integer", "nullable": True}
