@@ -87,13 +87,28 @@ def filled(found: list[str], limit: int) -> list[tuple]:
 
 
 def evidenced(
-    ranked: list[tuple], lexical: set[str], cosines: dict[str, float], min_similarity: float
+    ranked: list[tuple],
+    lexical: set[str],
+    cosines: dict[str, float],
+    min_similarity: float,
+    min_related_similarity: float,
 ) -> list[tuple]:
-    """The entries of ``ranked`` with evidence of relevance: a lexical match (an id in
-    ``lexical``), or a cosine similarity to the query (``cosines``) at or above
-    ``min_similarity``. Order and scores are kept."""
-    return [
+    """The relevance floor, in two levels. First, whether the scope holds evidence for the
+    query at all: some entry of ``ranked`` has a lexical match (an id in ``lexical``) or a
+    cosine similarity to the query (``cosines``) at or above ``min_similarity``; without
+    any, nothing (a memory tool pastes nothing unrelated). Then, for a query with evidence,
+    its entries with a lexical match or a cosine at or above ``min_related_similarity``
+    (never above ``min_similarity``): a weaker related entry ranked below the evidence is
+    kept. Order and scores are kept; an entry with no cosine known has none."""
+    related = min(min_related_similarity, min_similarity)
+    kept = [
         (entry_id, score)
         for entry_id, score in ranked
-        if entry_id in lexical or cosines.get(entry_id, -math.inf) >= min_similarity
+        if entry_id in lexical or cosines.get(entry_id, -math.inf) >= related
     ]
+    if any(
+        entry_id in lexical or cosines.get(entry_id, -math.inf) >= min_similarity
+        for entry_id, _score in kept
+    ):
+        return kept
+    return []

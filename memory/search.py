@@ -9,7 +9,6 @@ bound to ``app_id = %s AND user_id = %s`` by the caller's key and path.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 
@@ -315,8 +314,10 @@ def fusion_for(request: SearchRequest, embedder=None) -> Fusion:
 
 
 def _fused(app: App, user_id: str, request: SearchRequest, fusion: Fusion, embedder) -> list[tuple]:
-    """The two rankings fused; without a ``min_score``, only the entries with evidence
-    (``memory.fusion.evidenced``: a lexical match, or the embedder's ``min_similarity``)."""
+    """The two rankings fused; without a ``min_score``, the relevance floor
+    (``memory.fusion.evidenced``): nothing unless some entry has a lexical match or the
+    embedder's ``min_similarity``, else the entries with a lexical match or its
+    ``min_related_similarity``."""
     depth = max(50, request.limit * 3)
     lexical = _lexical(app, user_id, request, depth) if fusion.lexical else []
     vector = _vector(app, user_id, request, depth, embedder) if fusion.vector else []
@@ -327,24 +328,36 @@ def _fused(app: App, user_id: str, request: SearchRequest, fusion: Fusion, embed
     matched = lexical if fusion.lexical else _lexical(app, user_id, request, depth)
     held = {entry_id for entry_id, _score in matched}
     cosines = {entry_id: float(score) for entry_id, score in vector}
-    return evidenced(ranked, held, cosines, embedder.min_similarity)[: request.limit]
+    return evidenced(
+        ranked, held, cosines, embedder.min_similarity, embedder.min_related_similarity
+    )[: request.limit]
 
 
 def _lexical_then_vector(app: App, user_id: str, request: SearchRequest, embedder) -> list[tuple]:
     """Hybrid search with an embedder that only fills (fusion weight 0): the lexical
     ranking, then, only where it holds fewer than ``limit`` entries, the vector ranking's
-    entries it does not hold (without a ``min_score``, those at the embedder's
-    ``min_similarity`` or above); scored on the RRF scale, rank by rank."""
-    found = [entry_id for entry_id, _score in _lexical(app, user_id, request, request.limit)]
+    entries it does not hold (without a ``min_score``, under the relevance floor,
+    ``memory.fusion.evidenced``: a lexical hit is evidence, so with one the others need the
+    embedder's ``min_related_similarity``, without one some need its ``min_similarity``);
+    scored on the RRF scale, rank by rank."""
+    found = _lexical(app, user_id, request, request.limit)
     if len(found) < request.limit:
-        held = set(found)
-        floor = -math.inf if request.min_score is not None else embedder.min_similarity
-        found += [
-            entry_id
+        held = {entry_id for entry_id, _score in found}
+        vector = [
+            (entry_id, float(score))
             for entry_id, score in _vector(app, user_id, request, request.limit, embedder)
-            if entry_id not in held and score >= floor
+            if entry_id not in held
         ]
-    return filled(found, request.limit)
+        found = found + vector
+        if request.min_score is None:
+            found = evidenced(
+                found,
+                held,
+                dict(vector),
+                embedder.min_similarity,
+                embedder.min_related_similarity,
+            )
+    return filled([entry_id for entry_id, _score in found], request.limit)
 
 
 SEARCH_COUNT_RETENTION_DAYS = 30
@@ -403,12 +416,18 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
         ]
     elif request.mode == "vector":
         embedder = embedders.embedder_from_settings()
-        floor = embedder.min_similarity if request.min_score is None else -math.inf
         ranked = [
             (entry_id, float(score))
             for entry_id, score in _vector(app, user_id, request, request.limit, embedder)
-            if score >= floor
         ]
+        if request.min_score is None:  # the cosine alone: no lexical query in this mode
+            ranked = evidenced(
+                ranked,
+                set(),
+                dict(ranked),
+                embedder.min_similarity,
+                embedder.min_related_similarity,
+            )
     else:
         embedder = embedders.embedder_from_settings()  # once: an HTTP one is built per call
         fusion = fusion_for(request, embedder)

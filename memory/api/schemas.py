@@ -127,9 +127,11 @@ COMPONENTS = {
                 f"scale: BM25 in lexical mode (0 to {MAX_BM25_MIN_SCORE:g}), cosine similarity "
                 "in vector mode (-1 to 1), the fused score in hybrid mode (`rrf` or "
                 f"`weighted`, 0 to {2 * MAX_WEIGHT}); out of its mode's range, 400 "
-                "`validation_error`. Given, it replaces the default relevance floor (a lexical "
-                "match, or a cosine similarity at or above the embedder's calibrated "
-                "threshold; README, memory search): `0` in hybrid mode or `-1` in vector mode "
+                "`validation_error`. Given, it replaces the default relevance floor (no hits "
+                "unless one has a lexical match or a cosine similarity at or above the "
+                "embedder's calibrated threshold, then those with a lexical match or a cosine "
+                "at or above its lower calibrated one; README, memory search): `0` in hybrid "
+                "mode or `-1` in vector mode "
                 "returns the top `limit` whatever their evidence.",
             },
             # null: the embedder's measured fusion, as when absent.

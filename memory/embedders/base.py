@@ -81,12 +81,16 @@ class Embedder(ABC):
     #: fills what the lexical ranking leaves empty; ``w`` between 0 and 1: weighted score
     #: fusion, ``1 - w`` for lexical and ``w`` for vector.
     fusion_weight: float | None = None
-    #: The cosine similarity to a query at or above which a vector hit counts as evidence
-    #: when a search gives no ``min_score`` (``memory/search.py``): below it, vector search
-    #: leaves a hit out, and hybrid search keeps it only with a lexical match. Measured per
-    #: embedder on LoCoMo (see each one's comment); one not measured keeps what points the
-    #: query's way at all (cosine 0 and above).
+    #: The relevance floor's two levels when a search gives no ``min_score``
+    #: (``memory.fusion.evidenced``). ``min_similarity``: the cosine similarity to a query at
+    #: or above which a vector hit is evidence that the scope holds something about it; a
+    #: query with no such hit and no lexical match gets no hits. ``min_related_similarity``
+    #: (at most ``min_similarity``): for a query with evidence, the cosine down to which its
+    #: vector hits are kept (hybrid search keeps a hit with a lexical match either way).
+    #: Measured per embedder on LoCoMo (see each one's comment); one not measured keeps what
+    #: points the query's way at all (cosine 0 and above).
     min_similarity: float = 0.0
+    min_related_similarity: float = 0.0
 
     @abstractmethod
     def embed(self, texts: list[str], *, deadline: float) -> list[list[float]]:

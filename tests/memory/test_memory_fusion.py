@@ -83,6 +83,21 @@ def test_fusion_holds_each_entry_once_best_first_within_the_limit(lexical, vecto
 def test_evidence_is_a_lexical_match_or_a_cosine_at_the_floor():
     ranked = [("lexical-only", 0.9), ("near", 0.8), ("at", 0.7), ("far", 0.6), ("both", 0.5)]
     cosines = {"near": 0.5, "at": 0.3, "far": 0.29, "both": -0.2}
-    kept = evidenced(ranked, {"lexical-only", "both"}, cosines, 0.3)
+    kept = evidenced(ranked, {"lexical-only", "both"}, cosines, 0.3, 0.3)
     assert kept == [("lexical-only", 0.9), ("near", 0.8), ("at", 0.7), ("both", 0.5)]
-    assert evidenced(ranked, set(), {}, -1.0) == []  # no cosine known: no evidence
+    assert evidenced(ranked, set(), {}, -1.0, -1.0) == []  # no cosine known: no evidence
+
+
+def test_a_query_with_evidence_keeps_its_weaker_related_hits():
+    ranked = [("strong", 0.9), ("weak", 0.8), ("weaker", 0.7), ("unrelated", 0.6)]
+    cosines = {"strong": 0.4, "weak": 0.2, "weaker": 0.17, "unrelated": 0.1}
+    # One hit at min_similarity is evidence: the others are kept down to the lower level.
+    assert evidenced(ranked, set(), cosines, 0.28, 0.17) == ranked[:3]
+    # Without it, no hit: not even those above the lower level.
+    weak_only = {**cosines, "strong": 0.27}
+    assert evidenced(ranked, set(), weak_only, 0.28, 0.17) == []
+    # A lexical match is evidence too, and is kept whatever its cosine.
+    assert evidenced(ranked, {"unrelated"}, weak_only, 0.28, 0.17) == ranked
+    assert evidenced(ranked, {"unrelated"}, weak_only, 0.28, 0.3) == [("unrelated", 0.6)]
+    # The lower level is never above min_similarity.
+    assert evidenced(ranked, set(), cosines, 0.28, 0.5) == [("strong", 0.9)]

@@ -1,7 +1,9 @@
-"""Search returns evidence, not just the top ``limit``: by default a hit has a lexical match
-or a cosine similarity at or above the embedder's calibrated ``min_similarity``, so a memory
-tool asking about something the user never mentioned gets nothing; ``min_score`` replaces
-that floor with one on the mode's own score scale."""
+"""Search returns evidence, not just the top ``limit``: by default a query gets hits only
+when some hit has a lexical match or a cosine similarity at or above the embedder's
+calibrated ``min_similarity``, so a memory tool asking about something the user never
+mentioned gets nothing; a query with evidence keeps its hits with a lexical match or a
+cosine down to the embedder's ``min_related_similarity``. ``min_score`` replaces that floor
+with one on the mode's own score scale."""
 
 from __future__ import annotations
 
@@ -74,6 +76,45 @@ class TestTheFloor:
         )
 
 
-def test_each_calibrated_embedder_has_its_threshold():
+@pytest.mark.django_db
+@pytest.mark.skipif(not LOCAL_INSTALLED, reason="the local extra")
+class TestTwoLevels:
+    """With ``local``: the painting's question scores 0.76 with the painting, 0.21 with the
+    framed canvas and 0.19 with the week of rain (all-MiniLM-L6-v2), and shares no lexeme
+    with either of those two."""
+
+    QUERY = "Who painted the sunrise by the lake?"
+    CANVAS = "Melanie framed her canvas for the gallery."
+
+    def test_a_query_with_evidence_keeps_a_weaker_related_hit(self, api, settings):
+        settings.CTXADMIN_EMBEDDER = "local"
+        for text in (*UNRELATED, self.CANVAS):
+            add(api, content=text, embed="sync")
+        for mode in ("vector", "hybrid"):
+            found = [hit["content"] for hit in search(api, query=self.QUERY, mode=mode)["hits"]]
+            # The canvas, below min_similarity, was cut by a single floor; the painting makes
+            # the query one with evidence, so it is kept. The shoes and the studio are not.
+            assert found[0] == UNRELATED[0] and self.CANVAS in found, mode
+            assert not {UNRELATED[2], UNRELATED[3]} & set(found), mode
+        # min_score still replaces the floor.
+        strict = search(api, query=self.QUERY, mode="vector", min_score=0.28)["hits"]
+        assert [hit["content"] for hit in strict] == [UNRELATED[0]]
+        every = search(api, query=self.QUERY, mode="vector", min_score=-1)["hits"]
+        assert len(every) == 5
+
+    def test_a_weak_hit_alone_is_no_evidence(self, api, settings):
+        settings.CTXADMIN_EMBEDDER = "local"
+        for text in UNRELATED[1:]:  # the rain, the studio, the shoes: no painting
+            add(api, content=text, embed="sync")
+        for mode in ("vector", "hybrid"):
+            # The rain is above the lower level, but nothing reaches min_similarity.
+            assert search(api, query=self.QUERY, mode=mode)["hits"] == [], mode
+        every = search(api, query=self.QUERY, mode="hybrid", min_score=0)["hits"]
+        assert len(every) == 3
+
+
+def test_each_calibrated_embedder_has_its_thresholds():
     assert HashingEmbedder.min_similarity == 0.12
+    assert HashingEmbedder.min_related_similarity == 0.12  # no ranked evidence below 0.12
     assert LocalEmbedder.min_similarity == 0.28
+    assert LocalEmbedder.min_related_similarity == 0.17
