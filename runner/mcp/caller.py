@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from django.http.request import HttpHeaders
 from rest_framework import exceptions
 
 from ctxadmin.auth import ApiKeyAuthentication
@@ -42,7 +43,7 @@ class Caller:
 def authenticate(environ: dict) -> Caller | None:
     """The caller of a request by its ``Authorization`` header, with exactly the REST API's
     code (``ctxadmin.auth``); None for a missing, unknown, wrong, expired or revoked one."""
-    request = SimpleNamespace(META=environ)
+    request = SimpleNamespace(META=environ, headers=HttpHeaders(environ))
     try:
         found = ApiKeyAuthentication().authenticate(request)
     except exceptions.AuthenticationFailed:

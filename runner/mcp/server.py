@@ -42,9 +42,7 @@ MCP_LATENCY = Histogram(
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
 MEMORY_RESOURCE_LIMIT = 100
-_VALIDATORS = {
-    tool.name: Draft202012Validator(tool.input_schema) for tool in mcp_tools.TOOLS
-}
+_VALIDATORS = {tool.name: Draft202012Validator(tool.input_schema) for tool in mcp_tools.TOOLS}
 _CONTEXT_URI = re.compile(r"^ctxadmin://users/([^/]+)/sessions/([^/]+)/context\Z")
 _MEMORY_URI = re.compile(r"^ctxadmin://users/([^/]+)/memories\Z")
 

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError, invalid, not_found
@@ -167,11 +169,7 @@ def session_list_tool(caller: Caller, args: dict) -> dict:
     rows = queryset.order_by("-updated_at", "-id").values(
         "session_id", "revision", "event_count", "updated_at"
     )[:limit]
-    return {
-        "sessions": [
-            {**row, "updated_at": row["updated_at"].isoformat()} for row in rows
-        ]
-    }
+    return {"sessions": [{**row, "updated_at": row["updated_at"].isoformat()} for row in rows]}
 
 
 def session_events_tool(caller: Caller, args: dict) -> dict:
@@ -190,14 +188,22 @@ def session_events_tool(caller: Caller, args: dict) -> dict:
 def event_append_tool(caller: Caller, args: dict) -> dict:
     user = user_of(caller, args)
     session_id = session_of(caller, args)
-    result = services.append_events(
-        caller.app,
-        user,
-        session_id,
-        [args["event"]],
-        expected_revision=args.get("expected_revision"),
-        path="event",
-    )
+    # One transaction: an event that is refused leaves no new empty session behind.
+    with transaction.atomic():
+        if not Session.objects.filter(app=caller.app, user_id=user, session_id=session_id).exists():
+            try:
+                services.create_session(caller.app, user, session_id, {})
+            except ServiceError as exc:
+                if exc.status_code != 409:  # created meanwhile: append to it
+                    raise
+        result = services.append_events(
+            caller.app,
+            user,
+            session_id,
+            [args["event"]],
+            expected_revision=args.get("expected_revision"),
+            path="event",
+        )
     return {"events": result.events, "created": result.created, "revision": result.revision}
 
 
@@ -366,4 +372,3 @@ def result_size_error(size: int) -> ServiceError:
         status_code=413,
         details={"limit": MAX_RESULT_BYTES},
     )
-
