@@ -17,7 +17,15 @@ SCOPE_MEMORY = "memory"
 SCOPE_CACHE = "cache"
 SCOPE_DIAGNOSTICS = "diagnostics"
 SCOPE_ADMIN = "admin"  # the app's own settings and keys
-SCOPES = (SCOPE_SESSIONS, SCOPE_MEMORY, SCOPE_CACHE, SCOPE_DIAGNOSTICS, SCOPE_ADMIN)
+SCOPE_DELEGATE = "delegate"  # minting, listing and revoking user tokens
+SCOPES = (
+    SCOPE_SESSIONS,
+    SCOPE_MEMORY,
+    SCOPE_CACHE,
+    SCOPE_DIAGNOSTICS,
+    SCOPE_ADMIN,
+    SCOPE_DELEGATE,
+)
 
 APP_NAME_TAKEN = "An app with this name already exists (names are unique ignoring case)."
 app_name_validator = RegexValidator(

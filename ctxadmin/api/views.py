@@ -80,12 +80,13 @@ class AppScopedView(GenericAPIView):
         self.user_id = kwargs.get("user")
 
     def _check_tool_token(self, token: DelegatedCredential, method: str, kwargs: dict) -> None:
-        """A delegated credential (a tool token) reaches only its own user and session
+        """A delegated credential (a tool or user token) reaches only its own user and session
         (anything else is 404, as for another app), and only with the capability this
         endpoint needs."""
         if kwargs.get("user", token.bound_user_id) != token.bound_user_id:
             raise exceptions.NotFound()
-        if kwargs.get("sid", token.bound_session_id) != token.bound_session_id:
+        bound_session = token.bound_session_id  # None: any session of its user
+        if bound_session is not None and kwargs.get("sid", bound_session) != bound_session:
             raise exceptions.NotFound()
         needed = self.tool_capabilities.get(method, self.tool_capabilities.get("*"))
         if needed is None or needed not in token.capabilities:
