@@ -359,6 +359,7 @@ class ToolToken(DelegatedCredential, models.Model):
         "context_build",
         "session_read",
         "event_append",
+        "memory_get",
     )
 
     app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="tool_tokens")

@@ -23,6 +23,8 @@ from sessions_app.tool_tokens import _generate
 logger = logging.getLogger("ctxadmin.tokens")
 
 MINT_KEYS = frozenset({"capabilities", "session_id", "ttl_ms", "label"})
+#: Attaching an artifact writes an event as the token's tool call: only a tool token can.
+CAPABILITIES = tuple(c for c in ToolToken.CAPABILITIES if c != "artifact_attach")
 DEFAULT_TTL_MS = 3_600_000
 MAX_TTL_MS = 30 * 86_400_000  # thirty days
 MAX_LABEL = 200
@@ -39,7 +41,7 @@ def mint(app: App, user_id: str, body: Any, minted_by: str) -> tuple[ToolToken, 
         or not all(isinstance(c, str) for c in capabilities)
     ):
         raise invalid("capabilities", "must be a non-empty list of capability names")
-    unknown = sorted(set(capabilities) - set(ToolToken.CAPABILITIES))
+    unknown = sorted(set(capabilities) - set(CAPABILITIES))
     if unknown:
         raise invalid("capabilities", f"unknown capability {echoed(unknown[0])!r}")
     ttl_ms = body.get("ttl_ms", DEFAULT_TTL_MS)

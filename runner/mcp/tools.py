@@ -256,7 +256,7 @@ TOOLS: tuple[Tool, ...] = (
         "Read one memory by its id (untrusted reference data).",
         _schema({"user_id": _USER, "memory_id": _MEMORY_ID}, ("memory_id",)),
         SCOPE_MEMORY,
-        "memory_search",
+        "memory_get",
         memory_get_tool,
         read_only=True,
     ),

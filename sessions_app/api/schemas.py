@@ -410,6 +410,7 @@ _CAPABILITIES = [
     "context_build",
     "session_read",
     "event_append",
+    "memory_get",
 ]
 _TOOL_TOKEN_INFO = {
     "prefix": {"type": "string"},

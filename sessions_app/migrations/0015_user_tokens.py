@@ -43,7 +43,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='tooltoken',
             name='capabilities',
-            field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(choices=[('identity', 'identity'), ('state_read', 'state_read'), ('artifact_put', 'artifact_put'), ('artifact_get', 'artifact_get'), ('artifact_list', 'artifact_list'), ('artifact_list_versions', 'artifact_list_versions'), ('artifact_delete', 'artifact_delete'), ('artifact_attach', 'artifact_attach'), ('memory_search', 'memory_search'), ('memory_add', 'memory_add'), ('memory_delete', 'memory_delete'), ('context_build', 'context_build'), ('session_read', 'session_read'), ('event_append', 'event_append')], max_length=32), size=None),
+            field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(choices=[('identity', 'identity'), ('state_read', 'state_read'), ('artifact_put', 'artifact_put'), ('artifact_get', 'artifact_get'), ('artifact_list', 'artifact_list'), ('artifact_list_versions', 'artifact_list_versions'), ('artifact_delete', 'artifact_delete'), ('artifact_attach', 'artifact_attach'), ('memory_search', 'memory_search'), ('memory_add', 'memory_add'), ('memory_delete', 'memory_delete'), ('context_build', 'context_build'), ('session_read', 'session_read'), ('event_append', 'event_append'), ('memory_get', 'memory_get')], max_length=32), size=None),
         ),
         migrations.AlterField(
             model_name='tooltoken',

@@ -234,3 +234,77 @@ def test_an_oversized_request_is_refused(make_app):
     )
     assert answer.status_code == 413
     assert answer.json()["error"]["code"] == "request_too_large"
+
+
+def test_a_memory_search_user_token_lists_and_calls_only_memory_search(make_app):
+    from ctxadmin_client import Client
+
+    app = make_app(scopes=("memory", "delegate"))
+    with Client(app.base_url, api_key=app.key) as client:
+        client.add_memory(app.name, "alice", content="Alice keeps bees.")
+        minted = client.mint_user_token(
+            app.name, "alice", capabilities=["memory_search"], label="one agent run"
+        )
+        listed = list(client.list_user_tokens(app.name, "alice"))
+    assert minted["user_id"] == "alice" and minted["session_id"] is None
+    assert [t["prefix"] for t in listed] == [minted["prefix"]]
+    assert "token" not in listed[0]
+
+    async def work(session: ClientSession):
+        names = {tool.name for tool in (await session.list_tools()).tools}
+        own = await session.call_tool("memory_search", {"query": "bees", "mode": "lexical"})
+        named = await session.call_tool(
+            "memory_search", {"user_id": "alice", "query": "bees", "mode": "lexical"}
+        )
+        other = await session.call_tool("memory_search", {"user_id": "bob", "query": "bees"})
+        add = await session.call_tool("memory_add", {"content": "x"})
+        return names, own, named, other, add
+
+    names, own, named, other, add = run(app, minted["token"], work)
+    assert names == {"memory_search"}
+    assert [h["content"] for h in structured(own)["hits"]] == ["Alice keeps bees."]
+    assert structured(named)["hits"] == structured(own)["hits"]
+    assert other.isError and structured(other)["error"]["code"] == "not_found"
+    assert add.isError and structured(add)["error"]["code"] == "unknown_tool"
+
+    with Client(app.base_url, api_key=app.key) as client:
+        client.revoke_user_token(app.name, "alice", minted["prefix"])
+        assert client.get_user_token(app.name, "alice", minted["prefix"])["state"] == "revoked"
+    answer = httpx.post(
+        mcp_url(app),
+        json=INITIALIZE,
+        headers={**ACCEPT, "Authorization": f"Bearer {minted['token']}"},
+    )
+    assert answer.status_code == 401
+
+
+def test_minting_needs_the_admin_or_delegate_scope_and_a_token_cannot_mint(make_app):
+    app = make_app(scopes=("memory",))
+    url = f"{app.base_url}/api/v1/apps/{app.name}/users/alice/tokens"
+    answer = httpx.post(
+        url,
+        json={"capabilities": ["memory_search"]},
+        headers={"Authorization": f"Bearer {app.key}"},
+    )
+    assert answer.status_code == 403
+    admin = make_app(scopes=("admin",))
+    admin_url = f"{admin.base_url}/api/v1/apps/{admin.name}/users/alice/tokens"
+    minted = httpx.post(
+        admin_url,
+        json={"capabilities": ["memory_search"], "ttl_ms": 60_000},
+        headers={"Authorization": f"Bearer {admin.key}"},
+    )
+    assert minted.status_code == 201
+    again = httpx.post(
+        admin_url,
+        json={"capabilities": ["memory_search"]},
+        headers={"Authorization": f"Bearer {minted.json()['token']}"},
+    )
+    assert again.status_code == 403
+    unknown = httpx.post(
+        admin_url,
+        json={"capabilities": ["memory_search"], "extra": 1},
+        headers={"Authorization": f"Bearer {admin.key}"},
+    )
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["code"] == "validation_error"
