@@ -20,8 +20,9 @@ from ctxadmin.pruning import MAX_ECHOED, echoed
 
 
 class AppScopedView(GenericAPIView):
-    #: The scope a key needs, per HTTP method (``"*"`` for any method); None needs no scope.
-    required_scopes: dict[str, str | None] = {}
+    #: The scope a key needs, per HTTP method (``"*"`` for any method); None needs no scope,
+    #: a tuple any one of its scopes.
+    required_scopes: dict[str, str | tuple[str, ...] | None] = {}
     #: What a tool token needs here, per HTTP method (absent: tool tokens are refused).
     tool_capabilities: dict[str, str] = {}
     #: Query parameters this endpoint understands; anything else is a 400.
@@ -59,7 +60,11 @@ class AppScopedView(GenericAPIView):
             self._check_tool_token(tool_token, request.method, kwargs)
         else:
             scope = self.required_scopes.get(request.method, self.required_scopes.get("*"))
-            if scope is not None and not key.has_scope(scope):
+            # A tuple: any one of these scopes will do.
+            if isinstance(scope, tuple) and not any(key.has_scope(one) for one in scope):
+                named = "', '".join(scope)
+                raise exceptions.PermissionDenied(f"This API key has none of the '{named}' scopes.")
+            if isinstance(scope, str) and not key.has_scope(scope):
                 raise exceptions.PermissionDenied(
                     f"This API key does not have the '{scope}' scope."
                 )

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
-from ctxadmin.models import SCOPE_ADMIN, SCOPE_DELEGATE, ApiKey
+from ctxadmin.models import SCOPE_ADMIN, SCOPE_DELEGATE
 from sessions_app import user_tokens
 from sessions_app.models import ToolToken
 
@@ -23,17 +23,8 @@ class UserTokenCursor(Cursor):
 
 
 class UserTokenScopedView(AppScopedView):
+    required_scopes = {"*": (SCOPE_DELEGATE, SCOPE_ADMIN)}
     queryset = ToolToken.objects.filter(invocation__isnull=True).select_related("app", "session")
-
-    def initial(self, request, *args, **kwargs):
-        super().initial(request, *args, **kwargs)
-        key = request.auth
-        if isinstance(key, ApiKey) and not (
-            key.has_scope(SCOPE_ADMIN) or key.has_scope(SCOPE_DELEGATE)
-        ):
-            raise exceptions.PermissionDenied(
-                "This API key has neither the 'admin' nor the 'delegate' scope."
-            )
 
 
 class UserTokenListView(UserTokenScopedView):
