@@ -61,9 +61,7 @@ class AppOperations(Runners[D, L, N, B]):
 
     def list_user_tokens(self, app: str, user_id: str, *, limit: int | None = None) -> L:
         """The user's tokens (metadata only), newest first, across pages."""
-        return self._many(
-            Call("GET", user_path(app, user_id, "tokens"), params=query(limit=limit))
-        )
+        return self._many(Call("GET", user_path(app, user_id, "tokens"), params=query(limit=limit)))
 
     def get_user_token(self, app: str, user_id: str, prefix: str) -> D:
         return self._one(Call("GET", user_path(app, user_id, "tokens", prefix)))

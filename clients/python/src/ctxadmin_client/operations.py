@@ -131,4 +131,3 @@ OPERATIONS: dict[str, Operation] = {
     "outbox_job_cancel": Operation("POST", _APP + "/outbox/jobs/{job_id}/cancel", ("cancel_job",)),
     "outbox_stats": Operation("GET", _APP + "/outbox/stats", ("outbox_stats",)),
 }
-
