@@ -26,6 +26,7 @@ from prometheus_client import Counter, Histogram
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
+from ctxadmin.pruning import echoed
 from memory import entries
 from runner.mcp import tools as mcp_tools
 from runner.mcp.caller import ENVIRON_KEY, Caller, RateLimiter
@@ -66,7 +67,7 @@ def schema_error(error: ValidationError) -> ServiceError:
     elif error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = set(error.schema.get("properties", {}))
         extra = sorted(name for name in error.instance if name not in known)
-        path.append(extra[0][:64] if extra else "arguments")
+        path.append(echoed(extra[0], 64) if extra else "arguments")
         message = "is not an argument of this tool"
     elif error.validator == "type":
         message = f"must be of type {error.validator_value}"
