@@ -462,7 +462,7 @@ COMPONENTS.update(
                     "minItems": 1,
                     "items": {"enum": _CAPABILITIES},
                 },
-                "session_id": _ID,
+                "session_id": {**_ID, "nullable": True},
                 "ttl_ms": {"type": "integer", "minimum": 1000, "maximum": 30 * 86_400_000},
                 "label": {"type": "string", "maxLength": 200},
             },
