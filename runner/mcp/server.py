@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections, connection
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 from mcp import types
@@ -48,6 +48,20 @@ _CONTEXT_URI = re.compile(r"^ctxadmin://users/([^/]+)/sessions/([^/]+)/context\Z
 _MEMORY_URI = re.compile(r"^ctxadmin://users/([^/]+)/memories\Z")
 
 limiter = RateLimiter(settings.CTXADMIN_MCP_CALLS_PER_MINUTE)
+_COUNT_CALL = (
+    "INSERT INTO ctxadmin_mcpcallcount (app_id, hour, calls) "
+    "VALUES (%s, date_trunc('hour', now()), 1) "
+    "ON CONFLICT (app_id, hour) DO UPDATE SET calls = ctxadmin_mcpcallcount.calls + 1"
+)
+
+
+def _count_call(caller: Caller) -> None:
+    """The console's hourly count (a failure to count never fails the call)."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_COUNT_CALL, [caller.app.pk])
+    except DatabaseError:
+        logger.warning("mcp call not counted", extra={"app": caller.app.name})
 
 
 def _caller() -> Caller:
@@ -129,6 +143,7 @@ def run_call(caller: Caller, name: str, arguments: dict | None) -> types.CallToo
         logger.exception("mcp call failed", extra={"tool": label, "app": caller.app.name})
         return _error(ServiceError("internal_error", "The tool could not complete.", 500))
     finally:
+        _count_call(caller)
         close_old_connections()
         elapsed = time.perf_counter() - started
         MCP_CALLS.labels(label, outcome).inc()

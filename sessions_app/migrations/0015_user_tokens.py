@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ctxadmin', '0006_delegate_scope'),
+        ('ctxadmin', '0006_delegate_scope_mcp_calls'),
         ('sessions_app', '0014_event_adk_fields'),
     ]
 
