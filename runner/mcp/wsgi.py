@@ -3,7 +3,8 @@
 The web process stays gunicorn's WSGI: the SDK's ASGI transport is bridged with ``a2wsgi``
 (its own event loop thread, started on the first MCP request of each worker, so forking is
 safe). Before the SDK reads anything, this layer bounds the body and authenticates with the
-REST API's own code: a missing, unknown or revoked credential is a 401 envelope.
+REST API's own code: a missing, unknown or revoked credential is a 401 envelope (and a Host
+header outside ``ALLOWED_HOSTS`` a 400, as for Django's own requests).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 from a2wsgi import ASGIMiddleware
 from django.conf import settings
 from django.db import close_old_connections
+from django.http.request import split_domain_port, validate_host
 
 from runner.mcp.caller import ENVIRON_KEY, authenticate
 
@@ -60,6 +62,17 @@ class McpDispatcher:
                 "413 Request Entity Too Large",
                 "request_too_large",
                 f"An MCP request body is at most {limit} bytes.",
+            )
+        # Django checks the Host header of its own requests; /mcp does the same.
+        domain, _port = split_domain_port(
+            environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
+        )
+        if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+            return _envelope(
+                start_response,
+                "400 Bad Request",
+                "disallowed_host",
+                "The Host header names no host this service serves.",
             )
         close_old_connections()
         try:

@@ -33,6 +33,8 @@ def test_mcp_calls_count_on_the_dashboard(client):
     assert status == 200 and json.loads(body)["result"]["isError"] is True
     status, _body = mcp_post("ctx_wrong", _call("memory_search", {"query": "tea"}))
     assert status == 401
+    status, body = mcp_post(owner.key, _call("memory_search", {"query": "t"}), host="evil.test")
+    assert status == 400 and json.loads(body)["error"]["code"] == "disallowed_host"
 
     assert list(McpCallCount.objects.values_list("app__name", "calls")) == [("acme", 2)]
     client.force_login(get_user_model().objects.create_superuser("op", password="op-pw-123456"))

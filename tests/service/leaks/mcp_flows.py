@@ -26,7 +26,7 @@ def _dispatcher():
     return _app
 
 
-def mcp_post(credential: str | None, message: dict) -> tuple[int, bytes]:
+def mcp_post(credential: str | None, message: dict, host: str = "127.0.0.1") -> tuple[int, bytes]:
     body = json.dumps(message).encode()
     environ: dict = {
         "REQUEST_METHOD": "POST",
@@ -34,6 +34,7 @@ def mcp_post(credential: str | None, message: dict) -> tuple[int, bytes]:
         "CONTENT_TYPE": "application/json",
         "CONTENT_LENGTH": str(len(body)),
         "HTTP_ACCEPT": "application/json, text/event-stream",
+        "HTTP_HOST": host,
         "wsgi.input": io.BytesIO(body),
     }
     if credential is not None:
