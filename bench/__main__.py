@@ -4,6 +4,7 @@ Starts the whole service (``manage.py run``: embedded PostgreSQL 18 + pgvector, 
 Celery, gunicorn with 4 workers) in ``var/bench``, drives it with HTTP clients on loopback,
 runs Google ADK's ``DatabaseSessionService`` on the same PostgreSQL server (``bench/adk_peer``),
 ADK's session service through the Python client beside it (``bench/adk_client_bench``),
+an MCP ``memory_search`` against the same search through REST (``bench/mcp_bench``),
 and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes them,
 with their ratios, the command and the machine, to ``bench/BENCHMARKS.md`` (``--skip-peer``:
 no peer). Last, the load and fault runs (``bench/load_bench``) against a service of their
@@ -27,6 +28,7 @@ from bench import (
     invocation_bench,
     load_bench,
     locomo,
+    mcp_bench,
     memory_bench,
     outbox_bench,
     secret_bench,
@@ -78,6 +80,8 @@ def main() -> None:
         cache = cache_bench.measure(service, bench_client(service, "cache", "cache"), fake_gemini)
         print("measuring invocations …", flush=True)
         invocations = invocation_bench.measure(bench_client(service, "invoke", "sessions"))
+        print("measuring MCP against REST …", flush=True)
+        mcp = mcp_bench.measure(service)
         peer = adk_client = None
         if not args.skip_peer:
             print("measuring ADK's session service through the client …", flush=True)
@@ -94,6 +98,7 @@ def main() -> None:
         stop_service(service)
         fake_gemini.stop()
     write_report(ours, peer, info, args, compaction, memory, outbox, cache, invocations)
+    REPORT.write_text(splice(REPORT.read_text(), mcp_bench.report(mcp), mcp_bench.SECTION))
     if adk_client is not None:
         section = adk_client_bench.report(adk_client)
         REPORT.write_text(splice(REPORT.read_text(), section, adk_client_bench.SECTION))

@@ -133,6 +133,11 @@ CTXADMIN_SESSION_EVENTS_MAX = env.int("CTXADMIN_SESSION_EVENTS_MAX", 10000, mini
 CTXADMIN_MAX_CONTEXT_BYTES = env.int(
     "CTXADMIN_MAX_CONTEXT_BYTES", 16 * 1024 * 1024, minimum=1024, maximum=256 * 1024 * 1024
 )
+# MCP at /mcp: the largest request body, and tool calls per credential a minute (per process).
+CTXADMIN_MCP_MAX_REQUEST_BYTES = env.int(
+    "CTXADMIN_MCP_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024, maximum=64 * 1024 * 1024
+)
+CTXADMIN_MCP_CALLS_PER_MINUTE = env.int("CTXADMIN_MCP_CALLS_PER_MINUTE", 600, minimum=1)
 # Long-term memory.
 CTXADMIN_MEMORY_MAX_CONTENT_BYTES = env.int(
     "CTXADMIN_MEMORY_MAX_CONTENT_BYTES", 32 * 1024, minimum=256, maximum=1024 * 1024

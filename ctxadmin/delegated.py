@@ -31,7 +31,8 @@ class DelegatedCredential:
         raise NotImplementedError
 
     @property
-    def bound_session_id(self) -> str:
+    def bound_session_id(self) -> str | None:
+        """None: not bound to one session (any session of its user)."""
         raise NotImplementedError
 
 

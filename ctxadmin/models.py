@@ -17,7 +17,15 @@ SCOPE_MEMORY = "memory"
 SCOPE_CACHE = "cache"
 SCOPE_DIAGNOSTICS = "diagnostics"
 SCOPE_ADMIN = "admin"  # the app's own settings and keys
-SCOPES = (SCOPE_SESSIONS, SCOPE_MEMORY, SCOPE_CACHE, SCOPE_DIAGNOSTICS, SCOPE_ADMIN)
+SCOPE_DELEGATE = "delegate"  # minting, listing and revoking user tokens
+SCOPES = (
+    SCOPE_SESSIONS,
+    SCOPE_MEMORY,
+    SCOPE_CACHE,
+    SCOPE_DIAGNOSTICS,
+    SCOPE_ADMIN,
+    SCOPE_DELEGATE,
+)
 
 APP_NAME_TAKEN = "An app with this name already exists (names are unique ignoring case)."
 app_name_validator = RegexValidator(
@@ -140,3 +148,21 @@ class AuditLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username} {self.action} {self.object_type}:{self.object_id}"
+
+
+class McpCallCount(models.Model):
+    """MCP tool calls per app and hour, for the console: one upsert per call (content-free:
+    a count)."""
+
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    hour = models.DateTimeField()
+    calls = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["app", "hour"], name="ctxadmin_mcpcallcount_app_hour"),
+        ]
+        indexes = [models.Index(fields=["hour"], name="ctxadmin_mcpcallcount_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.app_id} {self.hour:%Y-%m-%d %H}:00"

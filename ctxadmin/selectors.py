@@ -18,3 +18,12 @@ def app_summary(app: App) -> dict:
         "created_at": app.created_at,
         "api_keys": keys,
     }
+
+
+def mcp_calls_since(since) -> int:
+    """MCP tool calls of every app since ``since`` (an hour's start), from the hourly counts."""
+    from django.db.models import Sum
+
+    from ctxadmin.models import McpCallCount
+
+    return McpCallCount.objects.filter(hour__gte=since).aggregate(n=Sum("calls"))["n"] or 0

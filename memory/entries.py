@@ -318,3 +318,14 @@ def delete_memory(app: App, user_id: str, memory_id: str) -> None:
         )
         if cursor.rowcount == 0:
             raise not_found()
+
+
+def list_memories(app: App, user_id: str, limit: int) -> list[dict]:
+    """The user's live memories, newest first, at most ``limit``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
+            f"WHERE app_id = %s AND user_id = %s AND {LIVE} ORDER BY created_at DESC, id LIMIT %s",
+            [app.pk, user_id, limit],
+        )
+        return [_entry(row) for row in cursor.fetchall()]

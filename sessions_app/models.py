@@ -337,10 +337,12 @@ class Invocation(models.Model):
 
 
 class ToolToken(DelegatedCredential, models.Model):
-    """A least-authority credential minted for one tool call of one invocation: it can do
-    only its ``capabilities`` on its (app, user, session), until it expires, is revoked, the
-    tool's function response is appended, or its call is purged. Every end is stored on the
-    row when it happens. Only the SHA-256 digest is stored."""
+    """A least-authority credential: it can do only its ``capabilities`` for its (app, user)
+    and, when it names one, its session, until it expires or is revoked. One minted for a
+    tool call of an invocation (``invocation`` set) also ends when the tool's function
+    response is appended or its call is purged; a *user token* (no invocation) is minted for
+    an MCP client or one agent run. Every end is stored on the row when it happens. Only the
+    SHA-256 digest is stored."""
 
     CAPABILITIES = (
         "identity",
@@ -354,15 +356,27 @@ class ToolToken(DelegatedCredential, models.Model):
         "memory_search",
         "memory_add",
         "memory_delete",
+        "context_build",
+        "session_read",
+        "event_append",
+        "memory_get",
     )
 
     app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="tool_tokens")
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="tool_tokens")
-    invocation = models.ForeignKey(Invocation, on_delete=models.CASCADE, related_name="tool_tokens")
-    function_call_id = models.CharField(max_length=128)
+    user_id = models.CharField(max_length=256)
+    session = models.ForeignKey(
+        Session, null=True, blank=True, on_delete=models.CASCADE, related_name="tool_tokens"
+    )
+    invocation = models.ForeignKey(
+        Invocation, null=True, blank=True, on_delete=models.CASCADE, related_name="tool_tokens"
+    )
+    function_call_id = models.CharField(max_length=128, blank=True)
     # The seq of the event holding the call: its answer can only come after it.
-    call_seq = models.BigIntegerField()
-    tool_name = models.CharField(max_length=256)
+    call_seq = models.BigIntegerField(null=True, blank=True)
+    tool_name = models.CharField(max_length=256, blank=True)
+    label = models.CharField(max_length=200, blank=True)
+    # The prefix of the API key that minted a user token (audit).
+    created_by_key = models.CharField(max_length=16, blank=True)
     capabilities = ArrayField(
         models.CharField(max_length=32, choices=[(c, c) for c in CAPABILITIES])
     )
@@ -374,20 +388,23 @@ class ToolToken(DelegatedCredential, models.Model):
     revoked_reason = models.CharField(max_length=16, blank=True)  # deleted, answered, purged
     last_used_at = models.DateTimeField(null=True, blank=True)
 
-    credential_kind = "tooltoken"
-
     class Meta:
         indexes = [
             models.Index(fields=["invocation", "expires_at"], name="tooltoken_invocation"),
+            models.Index(fields=["app", "user_id", "-created_at"], name="tooltoken_user"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.prefix} ({self.tool_name})"
+        return f"{self.prefix} ({self.tool_name or self.label})"
+
+    @property
+    def credential_kind(self) -> str:
+        return "tooltoken" if self.invocation_id is not None else "usertoken"
 
     @property
     def bound_user_id(self) -> str:
-        return self.session.user_id
+        return self.user_id
 
     @property
-    def bound_session_id(self) -> str:
-        return self.session.session_id
+    def bound_session_id(self) -> str | None:
+        return self.session.session_id if self.session_id is not None else None

@@ -112,6 +112,7 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
         prefix, raw = _generate()
         token = ToolToken.objects.create(
             app=app,
+            user_id=session.user_id,
             session=session,
             invocation=invocation,
             function_call_id=call["id"],
@@ -176,8 +177,8 @@ def token_json(token: ToolToken) -> dict:
     return {
         "prefix": token.prefix,
         "app": token.app.name,
-        "user_id": token.session.user_id,
-        "session_id": token.session.session_id,
+        "user_id": token.user_id,
+        "session_id": token.bound_session_id,
         "invocation_id": token.invocation.invocation_id,
         "function_call_id": token.function_call_id,
         "tool_name": token.tool_name,

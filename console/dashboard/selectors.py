@@ -8,6 +8,7 @@ index or a small bounded table.
   ``CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS`` rows), jobs that ended in the window
   (``outbox_terminal``), all rows (the one-row count the triggers keep);
 - cache entries by state (bounded by each app's ``max_entries``);
+- MCP tool calls over the window, from the hourly counts each call upserts;
 - memory entries per app from the per-scope counts the memory triggers keep (one row per
   (app, user) scope, never the entries themselves).
 """
@@ -19,6 +20,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 
 from caching import selectors as caching
+from ctxadmin.selectors import mcp_calls_since
 from memory import selectors as memory
 from sessions_app import selectors as sessions
 
@@ -47,4 +49,5 @@ def dashboard(hours: int = WINDOW_HOURS) -> dict:
         "cache_entries": caching.entries_by_state(),
         "memory": memory.memory_per_app(),
         "searches": memory.searches_per_hour(slots),
+        "mcp_calls": mcp_calls_since(slots[0]),
     }

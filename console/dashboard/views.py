@@ -88,6 +88,7 @@ def present(data: dict) -> dict:
         "memory_entries": number(memory["entries"]),
         "memory_apps": number(memory["apps_with_entries"]),
         "memory_searches": number(searched["total"]),
+        "mcp_calls": number(data["mcp_calls"]),
         "invocations_failed": f"{number(invocations_failed)} of {number(invocations_total)}",
         "invocations_failed_rate": _percent(invocations_failed, invocations_total),
         "compactions_failed": f"{number(compactions_failed)} of {number(compactions_requested)}",

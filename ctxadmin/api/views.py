@@ -20,8 +20,9 @@ from ctxadmin.pruning import MAX_ECHOED, echoed
 
 
 class AppScopedView(GenericAPIView):
-    #: The scope a key needs, per HTTP method (``"*"`` for any method); None needs no scope.
-    required_scopes: dict[str, str | None] = {}
+    #: The scope a key needs, per HTTP method (``"*"`` for any method); None needs no scope,
+    #: a tuple any one of its scopes.
+    required_scopes: dict[str, str | tuple[str, ...] | None] = {}
     #: What a tool token needs here, per HTTP method (absent: tool tokens are refused).
     tool_capabilities: dict[str, str] = {}
     #: Query parameters this endpoint understands; anything else is a 400.
@@ -59,7 +60,11 @@ class AppScopedView(GenericAPIView):
             self._check_tool_token(tool_token, request.method, kwargs)
         else:
             scope = self.required_scopes.get(request.method, self.required_scopes.get("*"))
-            if scope is not None and not key.has_scope(scope):
+            # A tuple: any one of these scopes will do.
+            if isinstance(scope, tuple) and not any(key.has_scope(one) for one in scope):
+                named = "', '".join(scope)
+                raise exceptions.PermissionDenied(f"This API key has none of the '{named}' scopes.")
+            if isinstance(scope, str) and not key.has_scope(scope):
                 raise exceptions.PermissionDenied(
                     f"This API key does not have the '{scope}' scope."
                 )
@@ -80,12 +85,13 @@ class AppScopedView(GenericAPIView):
         self.user_id = kwargs.get("user")
 
     def _check_tool_token(self, token: DelegatedCredential, method: str, kwargs: dict) -> None:
-        """A delegated credential (a tool token) reaches only its own user and session
+        """A delegated credential (a tool or user token) reaches only its own user and session
         (anything else is 404, as for another app), and only with the capability this
         endpoint needs."""
         if kwargs.get("user", token.bound_user_id) != token.bound_user_id:
             raise exceptions.NotFound()
-        if kwargs.get("sid", token.bound_session_id) != token.bound_session_id:
+        bound_session = token.bound_session_id  # None: any session of its user
+        if bound_session is not None and kwargs.get("sid", bound_session) != bound_session:
             raise exceptions.NotFound()
         needed = self.tool_capabilities.get(method, self.tool_capabilities.get("*"))
         if needed is None or needed not in token.capabilities:

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
 from ctxadmin.errors import not_found
-from sessions_app import selectors, tool_tokens
+from sessions_app import selectors, tool_tokens, user_tokens
 from sessions_app.api.views import SessionsScopedView
 
 JSON = "application/json"
@@ -52,6 +52,8 @@ class ToolTokenIdentityView(AppScopedView):
     def get(self, request, app):
         if not isinstance(request.auth, tool_tokens.ToolToken):
             raise not_found()
+        if request.auth.invocation_id is None:
+            return Response(user_tokens.user_token_json(request.auth))
         return Response(tool_tokens.token_json(request.auth))
 
 

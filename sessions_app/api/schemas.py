@@ -427,6 +427,10 @@ _CAPABILITIES = [
     "memory_search",
     "memory_add",
     "memory_delete",
+    "context_build",
+    "session_read",
+    "event_append",
+    "memory_get",
 ]
 _TOOL_TOKEN_INFO = {
     "prefix": {"type": "string"},
@@ -439,6 +443,20 @@ _TOOL_TOKEN_INFO = {
     "capabilities": {"type": "array", "items": {"enum": _CAPABILITIES}},
     "created_at": {"type": "string", "format": "date-time"},
     "expires_at": {"type": "string", "format": "date-time"},
+    "revoked_at": {"type": "string", "format": "date-time", "nullable": True},
+}
+_USER_TOKEN_INFO = {
+    "prefix": {"type": "string"},
+    "app": {"type": "string"},
+    "user_id": {"type": "string"},
+    "session_id": {"type": "string", "nullable": True},
+    "label": {"type": "string"},
+    "capabilities": {"type": "array", "items": {"enum": _CAPABILITIES}},
+    "state": {"enum": ["active", "expired", "revoked"]},
+    "created_by_key": {"type": "string"},
+    "created_at": {"type": "string", "format": "date-time"},
+    "expires_at": {"type": "string", "format": "date-time"},
+    "last_used_at": {"type": "string", "format": "date-time", "nullable": True},
     "revoked_at": {"type": "string", "format": "date-time", "nullable": True},
 }
 COMPONENTS.update(
@@ -457,6 +475,25 @@ COMPONENTS.update(
             {"token": {"type": "string", "description": "shown once"}, **_TOOL_TOKEN_INFO},
             ["token", *_TOOL_TOKEN_INFO],
         ),
+        "UserTokenMint": strict(
+            {
+                "capabilities": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"enum": _CAPABILITIES},
+                },
+                "session_id": {**_ID, "nullable": True},
+                "ttl_ms": {"type": "integer", "minimum": 1000, "maximum": 30 * 86_400_000},
+                "label": {"type": "string", "maxLength": 200},
+            },
+            ["capabilities"],
+        ),
+        "UserToken": strict(_USER_TOKEN_INFO, list(_USER_TOKEN_INFO)),
+        "UserTokenMinted": strict(
+            {"token": {"type": "string", "description": "shown once"}, **_USER_TOKEN_INFO},
+            ["token", *_USER_TOKEN_INFO],
+        ),
+        "UserTokenPage": page("UserToken"),
         "SessionState": strict(
             {
                 "app": {"type": "string"},

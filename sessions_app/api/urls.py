@@ -1,6 +1,6 @@
 from django.urls import path
 
-from sessions_app.api import compaction_views, invocation_views, views
+from sessions_app.api import compaction_views, invocation_views, user_token_views, views
 
 base = "apps/<str:app>/users/<str:user>"
 
@@ -8,6 +8,12 @@ urlpatterns = [
     path("apps/<str:app>/sessions", views.AppSessionListView.as_view(), name="app-sessions"),
     path(f"{base}/state", views.UserStateView.as_view(), name="user-state"),
     path(f"{base}/sessions", views.SessionListView.as_view(), name="sessions"),
+    path(f"{base}/tokens", user_token_views.UserTokenListView.as_view(), name="user-tokens"),
+    path(
+        f"{base}/tokens/<str:prefix>",
+        user_token_views.UserTokenDetailView.as_view(),
+        name="user-token",
+    ),
     path(f"{base}/sessions/<str:sid>", views.SessionDetailView.as_view(), name="session"),
     path(f"{base}/sessions/<str:sid>/events", views.EventListView.as_view(), name="events"),
     path(

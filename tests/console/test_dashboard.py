@@ -173,8 +173,9 @@ def test_the_numbers_are_those_of_the_seeded_data(operator, owner, django_assert
     )
     assert job.status_code == 202
 
-    # Thirteen reads, whatever the data (and the login's session and user).
-    with django_assert_max_num_queries(15):
+    # Fourteen reads (the MCP call count is one), whatever the data (and the login's session
+    # and user).
+    with django_assert_max_num_queries(16):
         response = operator.get(DATA)
     payload = response.json()
     data, figures = payload["data"], payload["figures"]

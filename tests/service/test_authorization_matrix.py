@@ -19,6 +19,7 @@ from tests.conftest import make_tenant
 from tests.service.test_tenant_isolation import SAMPLE, fill, tenant_routes
 
 S, M, C, D, A = "sessions", "memory", "cache", "diagnostics", "admin"
+DA = ("delegate", "admin")  # either one
 NONE = None  # any key of the app (no scope needed)
 TOKEN = "tool-token"  # only a tool token (its identity)
 
@@ -32,6 +33,11 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
     "api/v1/apps/<str:app>/keys/<str:prefix>": {"get": (A, None), "delete": (A, None)},
     "api/v1/apps/<str:app>/sessions": {"get": (S, None)},
     "api/v1/apps/<str:app>/users/<str:user>/state": {"get": (S, "state_read")},
+    "api/v1/apps/<str:app>/users/<str:user>/tokens": {"get": (DA, None), "post": (DA, None)},
+    "api/v1/apps/<str:app>/users/<str:user>/tokens/<str:prefix>": {
+        "get": (DA, None),
+        "delete": (DA, None),
+    },
     "api/v1/apps/<str:app>/users/<str:user>/sessions": {"get": (S, None), "post": (S, None)},
     "api/v1/apps/<str:app>/users/<str:user>/sessions/<str:sid>": {
         "get": (S, None),
@@ -213,7 +219,8 @@ def test_no_credential_that_must_not_get_through_does(route, method, world):
             404,
         )
     elif scope is not NONE:
-        without = [s for s in SCOPES if s != scope]
+        needed = scope if isinstance(scope, tuple) else (scope,)
+        without = [s for s in SCOPES if s not in needed]
         _row, key = create_api_key(owner.app, without, name=f"without {scope}")
         outcomes[f"key without {scope}"] = (_call(_bearer(key), method, path).status_code, 403)
     if capability != "identity":

@@ -52,6 +52,7 @@ from tests.service.leaks.flows import (
     seed_sessions,
     seed_wire_invocations,
 )
+from tests.service.leaks.mcp_flows import seed_mcp
 from tests.sessions_helpers import call, response, text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,6 +84,7 @@ def test_no_seeded_secret_reaches_logs_messages_metrics_diagnostics_or_console(
     with every_logger_at_debug(tap):
         run = Run(make_tenant("acme"), canaries)
         seed_keys(run)
+        seed_mcp(run)
         seed_sessions(run)
         seed_model_summarizer(run, providers)
         seed_memory(run)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ._base import B, D, L, N, Runners
-from ._calls import Call, path, query
+from ._calls import Call, body, path, query, user_path
 
 
 class AppOperations(Runners[D, L, N, B]):
@@ -31,6 +32,42 @@ class AppOperations(Runners[D, L, N, B]):
 
     def revoke_api_key(self, app: str, prefix: str) -> N:
         return self._none(Call("DELETE", path(app, "keys", prefix)))
+
+    # ------------------------------------------------------------------ user tokens
+    def mint_user_token(
+        self,
+        app: str,
+        user_id: str,
+        *,
+        capabilities: Sequence[str],
+        session_id: str | None = None,
+        ttl_ms: int | None = None,
+        label: str | None = None,
+    ) -> D:
+        """A least-authority token for this user (and session), e.g. for an MCP client or one
+        agent run; its ``token`` is shown once (``admin`` or ``delegate`` scope)."""
+        return self._one(
+            Call(
+                "POST",
+                user_path(app, user_id, "tokens"),
+                json=body(
+                    capabilities=list(capabilities),
+                    session_id=session_id,
+                    ttl_ms=ttl_ms,
+                    label=label,
+                ),
+            )
+        )
+
+    def list_user_tokens(self, app: str, user_id: str, *, limit: int | None = None) -> L:
+        """The user's tokens (metadata only), newest first, across pages."""
+        return self._many(Call("GET", user_path(app, user_id, "tokens"), params=query(limit=limit)))
+
+    def get_user_token(self, app: str, user_id: str, prefix: str) -> D:
+        return self._one(Call("GET", user_path(app, user_id, "tokens", prefix)))
+
+    def revoke_user_token(self, app: str, user_id: str, prefix: str) -> N:
+        return self._none(Call("DELETE", user_path(app, user_id, "tokens", prefix)))
 
     # ------------------------------------------------------------------ prefix caches
     def acquire_cache(self, app: str, **request: Any) -> D:

@@ -29,6 +29,11 @@ OPERATIONS: dict[str, Operation] = {
     "api_keys_list": Operation("GET", _APP + "/keys", ("list_keys",)),
     "api_key_get": Operation("GET", _APP + "/keys/{prefix}", ("get_api_key",)),
     "api_key_revoke": Operation("DELETE", _APP + "/keys/{prefix}", ("revoke_api_key",)),
+    # user tokens
+    "user_tokens_mint": Operation("POST", _USER + "/tokens", ("mint_user_token",)),
+    "user_tokens_list": Operation("GET", _USER + "/tokens", ("list_user_tokens",)),
+    "user_token_get": Operation("GET", _USER + "/tokens/{prefix}", ("get_user_token",)),
+    "user_tokens_revoke": Operation("DELETE", _USER + "/tokens/{prefix}", ("revoke_user_token",)),
     # prefix caches
     "cache_acquire": Operation("POST", _APP + "/cache/acquire", ("acquire_cache",)),
     "cache_invalidate": Operation("POST", _APP + "/cache/invalidate", ("invalidate_cache",)),
@@ -126,4 +131,3 @@ OPERATIONS: dict[str, Operation] = {
     "outbox_job_cancel": Operation("POST", _APP + "/outbox/jobs/{job_id}/cancel", ("cancel_job",)),
     "outbox_stats": Operation("GET", _APP + "/outbox/stats", ("outbox_stats",)),
 }
-

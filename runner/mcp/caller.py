@@ -1,0 +1,90 @@
+"""Who is calling ``/mcp``: an API key (its scopes decide the tools) or a delegated
+credential (its capabilities decide them, bound to its user and session)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from django.http.request import HttpHeaders
+from rest_framework import exceptions
+
+from ctxadmin.auth import ApiKeyAuthentication
+from ctxadmin.delegated import DelegatedCredential
+from ctxadmin.models import ApiKey, App
+
+#: The WSGI environ key the authenticated caller travels under to the tool handlers.
+ENVIRON_KEY = "ctxadmin.mcp.caller"
+
+
+@dataclass(frozen=True)
+class Caller:
+    app: App
+    prefix: str
+    kind: str  # apikey | tooltoken | usertoken
+    scopes: frozenset[str] = frozenset()
+    capabilities: frozenset[str] | None = None  # None: an API key
+    user_id: str | None = None  # a delegated credential's own user
+    session_id: str | None = None  # ... and session, when it names one
+
+    @property
+    def delegated(self) -> bool:
+        return self.capabilities is not None
+
+    def may(self, scope: str, capability: str | None) -> bool:
+        if self.capabilities is None:
+            return scope in self.scopes
+        return capability is not None and capability in self.capabilities
+
+
+def authenticate(environ: dict) -> Caller | None:
+    """The caller of a request by its ``Authorization`` header, with exactly the REST API's
+    code (``ctxadmin.auth``); None for a missing, unknown, wrong, expired or revoked one."""
+    request = SimpleNamespace(META=environ, headers=HttpHeaders(environ))
+    try:
+        found = ApiKeyAuthentication().authenticate(request)
+    except exceptions.AuthenticationFailed:
+        return None
+    if found is None:
+        return None
+    _principal, credential = found
+    if isinstance(credential, ApiKey):
+        return Caller(credential.app, credential.prefix, "apikey", frozenset(credential.scopes))
+    assert isinstance(credential, DelegatedCredential)
+    return Caller(
+        credential.app,
+        credential.prefix,
+        credential.credential_kind,
+        capabilities=frozenset(credential.capabilities),
+        user_id=credential.bound_user_id,
+        session_id=credential.bound_session_id,
+    )
+
+
+class RateLimiter:
+    """At most ``limit`` calls per credential in any ``window`` seconds, per web process
+    (a sliding log; memory is bounded by the limit times the credentials seen)."""
+
+    def __init__(self, limit: int, window: float = 60.0) -> None:
+        self.limit = limit
+        self.window = window
+        self._calls: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def retry_after(self, prefix: str) -> float | None:
+        """None when a call is allowed now (and counts it), else the seconds to wait."""
+        now = time.monotonic()
+        with self._lock:
+            calls = self._calls.setdefault(prefix, deque())
+            while calls and calls[0] <= now - self.window:
+                calls.popleft()
+            if len(calls) >= self.limit:
+                return max(0.0, calls[0] + self.window - now)
+            calls.append(now)
+            if len(self._calls) > 10_000:  # forget idle credentials
+                for key in [k for k, v in self._calls.items() if not v]:
+                    del self._calls[key]
+            return None

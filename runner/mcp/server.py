@@ -1,0 +1,271 @@
+"""The MCP server for one request's caller: ``tools/list`` shows only what the caller may
+call, ``tools/call`` validates against the tool's schema and runs its handler in a worker
+thread (Django's ORM is synchronous), and two read-only resources show a session's context
+and a user's memories. Every call is logged and counted by tool and outcome, never with its
+arguments."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from typing import Any
+
+import anyio
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from prometheus_client import Counter, Histogram
+
+from ctxadmin.canonical import canonical_json
+from ctxadmin.errors import ServiceError, invalid, not_found
+from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
+from ctxadmin.pruning import echoed
+from memory import entries
+from runner.mcp import tools as mcp_tools
+from runner.mcp.caller import ENVIRON_KEY, Caller, RateLimiter
+
+logger = logging.getLogger("ctxadmin.mcp")
+
+MCP_CALLS = Counter(
+    "ctxadmin_mcp_calls_total", "MCP tool calls, by tool and outcome.", ["tool", "outcome"]
+)
+MCP_LATENCY = Histogram(
+    "ctxadmin_mcp_call_duration_seconds",
+    "Time to answer an MCP tool call, by tool.",
+    ["tool"],
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+MEMORY_RESOURCE_LIMIT = 100
+_VALIDATORS = {tool.name: Draft202012Validator(tool.input_schema) for tool in mcp_tools.TOOLS}
+_CONTEXT_URI = re.compile(r"^ctxadmin://users/([^/]+)/sessions/([^/]+)/context\Z")
+_MEMORY_URI = re.compile(r"^ctxadmin://users/([^/]+)/memories\Z")
+
+limiter = RateLimiter(settings.CTXADMIN_MCP_CALLS_PER_MINUTE)
+_COUNT_CALL = (
+    "INSERT INTO ctxadmin_mcpcallcount (app_id, hour, calls) "
+    "VALUES (%s, date_trunc('hour', now()), 1) "
+    "ON CONFLICT (app_id, hour) DO UPDATE SET calls = ctxadmin_mcpcallcount.calls + 1"
+)
+
+
+def _count_call(caller: Caller) -> None:
+    """The console's hourly count (a failure to count never fails the call)."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_COUNT_CALL, [caller.app.pk])
+    except DatabaseError:
+        logger.warning("mcp call not counted", extra={"app": caller.app.name})
+
+
+def _caller() -> Caller:
+    request = server.request_context.request
+    return request.scope["wsgi_environ"][ENVIRON_KEY]
+
+
+def schema_error(error: ValidationError) -> ServiceError:
+    """The first violation as a ``validation_error`` naming the argument; the value itself
+    is never echoed."""
+    path = [str(part) for part in error.absolute_path]
+    message = f"violates '{error.validator}' {json.dumps(error.validator_value)[:80]}"
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [name for name in error.validator_value if name not in error.instance]
+        path.append(missing[0] if missing else "arguments")
+        message = "is required"
+    elif error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = set(error.schema.get("properties", {}))
+        extra = sorted(name for name in error.instance if name not in known)
+        path.append(echoed(extra[0], 64) if extra else "arguments")
+        message = "is not an argument of this tool"
+    elif error.validator == "type":
+        message = f"must be of type {error.validator_value}"
+    elif error.validator == "enum":
+        message = f"must be one of {error.validator_value}"
+    return invalid(".".join(path) or "arguments", message)
+
+
+def _error(exc: ServiceError) -> types.CallToolResult:
+    body = {"error": {"code": exc.code, "message": exc.message, "details": exc.details or {}}}
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(body))],
+        structuredContent=body,
+        isError=True,
+    )
+
+
+def _denied() -> ServiceError:
+    return ServiceError(
+        "unknown_tool", "No such tool for this credential (see tools/list).", status_code=404
+    )
+
+
+def run_call(caller: Caller, name: str, arguments: dict | None) -> types.CallToolResult:
+    """One tool call, synchronously (in a worker thread)."""
+    started = time.perf_counter()
+    tool = mcp_tools.BY_NAME.get(name)
+    label = tool.name if tool else "unknown"
+    outcome = "ok"
+    close_old_connections()
+    try:
+        if tool is None or not caller.may(tool.scope, tool.capability):
+            raise _denied()
+        wait = limiter.retry_after(caller.prefix)
+        if wait is not None:
+            raise ServiceError(
+                "rate_limited",
+                f"At most {limiter.limit} MCP calls a minute per credential; retry later.",
+                status_code=429,
+                details={"retry_after_s": round(wait, 1)},
+            )
+        args = arguments if arguments is not None else {}
+        error = best_match(_VALIDATORS[tool.name].iter_errors(args))
+        if error is not None:
+            raise schema_error(error)
+        result = tool.handler(caller, args)
+        text = json.dumps(result, default=str)
+        if len(text) > mcp_tools.MAX_RESULT_BYTES:
+            raise mcp_tools.result_size_error(len(text))
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)],
+            structuredContent=json.loads(text),
+        )
+    except ServiceError as exc:
+        outcome = exc.code
+        return _error(exc)
+    except Exception:
+        outcome = "internal_error"
+        logger.exception("mcp call failed", extra={"tool": label, "app": caller.app.name})
+        return _error(ServiceError("internal_error", "The tool could not complete.", 500))
+    finally:
+        _count_call(caller)
+        close_old_connections()
+        elapsed = time.perf_counter() - started
+        MCP_CALLS.labels(label, outcome).inc()
+        MCP_LATENCY.labels(label).observe(elapsed)
+        logger.info(
+            "mcp call",
+            extra={
+                "tool": label,
+                "app": caller.app.name,
+                "credential": f"{caller.kind}:{caller.prefix}",
+                "outcome": outcome,
+                "duration_ms": round(elapsed * 1000, 2),
+            },
+        )
+
+
+def read_resource_sync(caller: Caller, uri: str) -> str:
+    close_old_connections()
+    try:
+        match = _CONTEXT_URI.match(uri)
+        if match and caller.may(SCOPE_SESSIONS, "context_build"):
+            args = {"user_id": match.group(1), "session_id": match.group(2), "query": "."}
+            args["memory"] = False
+            return canonical_json(mcp_tools.context_build_tool(caller, args)).decode()
+        match = _MEMORY_URI.match(uri)
+        if match and caller.may(SCOPE_MEMORY, "memory_search"):
+            user = mcp_tools.user_of(caller, {"user_id": match.group(1)})
+            rows = entries.list_memories(caller.app, user, MEMORY_RESOURCE_LIMIT)
+            return json.dumps({"note": mcp_tools.UNTRUSTED, "memories": rows}, default=str)
+        raise not_found()
+    finally:
+        close_old_connections()
+
+
+server: Server[Any, Any] = Server("ctxadmin", instructions="ctxadmin memory and context tools.")
+
+
+@server.list_tools()
+async def list_tools() -> list[types.Tool]:
+    return [
+        types.Tool(
+            name=tool.name,
+            description=tool.description,
+            inputSchema=tool.input_schema,
+            annotations=types.ToolAnnotations(
+                readOnlyHint=tool.read_only, destructiveHint=tool.name.endswith(("delete", "user"))
+            ),
+        )
+        for tool in mcp_tools.visible(_caller())
+    ]
+
+
+@server.call_tool(validate_input=False)
+async def call_tool(name: str, arguments: dict) -> types.CallToolResult:
+    return await anyio.to_thread.run_sync(run_call, _caller(), name, arguments)
+
+
+@server.list_resources()
+async def list_resources() -> list[types.Resource]:
+    caller = _caller()
+    found = []
+    if caller.user_id is not None and caller.may(SCOPE_MEMORY, "memory_search"):
+        found.append(
+            types.Resource(
+                uri=f"ctxadmin://users/{caller.user_id}/memories",
+                name="memories",
+                description="The user's long-term memories (untrusted reference data).",
+                mimeType="application/json",
+            )
+        )
+    if caller.session_id is not None and caller.may(SCOPE_SESSIONS, "context_build"):
+        found.append(
+            types.Resource(
+                uri=f"ctxadmin://users/{caller.user_id}/sessions/{caller.session_id}/context",
+                name="context",
+                description="The session's current bounded context.",
+                mimeType="application/json",
+            )
+        )
+    return found
+
+
+@server.list_resource_templates()
+async def list_resource_templates() -> list[types.ResourceTemplate]:
+    return [
+        types.ResourceTemplate(
+            uriTemplate="ctxadmin://users/{user_id}/sessions/{session_id}/context",
+            name="context",
+            description="A session's current bounded context.",
+            mimeType="application/json",
+        ),
+        types.ResourceTemplate(
+            uriTemplate="ctxadmin://users/{user_id}/memories",
+            name="memories",
+            description="A user's long-term memories, newest first (at most 100).",
+            mimeType="application/json",
+        ),
+    ]
+
+
+@server.read_resource()
+async def read_resource(uri) -> str:
+    return await anyio.to_thread.run_sync(read_resource_sync, _caller(), str(uri))
+
+
+class McpAsgi:
+    """The SDK's streamable HTTP transport in stateless JSON mode (any web process answers
+    any call). Its task group is entered once, on the loop that serves the requests."""
+
+    def __init__(self) -> None:
+        self.manager = StreamableHTTPSessionManager(app=server, json_response=True, stateless=True)
+        self._ready: asyncio.Event | None = None
+
+    async def _run(self) -> None:
+        async with self.manager.run():
+            assert self._ready is not None
+            self._ready.set()
+            await asyncio.Event().wait()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        await self._ready.wait()
+        await self.manager.handle_request(scope, receive, send)
