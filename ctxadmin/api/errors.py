@@ -47,15 +47,6 @@ def _safe(text: str) -> str:
     return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
 
 
-def _flatten(detail: Any) -> Any:
-    """DRF ErrorDetail trees → plain JSON (strings, lists, dicts)."""
-    if isinstance(detail, dict):
-        return {str(key): _flatten(value) for key, value in detail.items()}
-    if isinstance(detail, list | tuple):
-        return [_flatten(item) for item in detail]
-    return _safe(str(detail))
-
-
 def _first_field_message(detail: Any, path: str = "") -> tuple[str, str]:
     if isinstance(detail, dict) and detail:
         key, value = next(iter(detail.items()))
@@ -109,7 +100,8 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     elif isinstance(exc, exceptions.ValidationError):
         field, message = _first_field_message(exc.detail)
         text = f"{field}: {message}" if field else message
-        body = envelope("validation_error", text, {"fields": _flatten(exc.detail)})
+        # The one envelope's shape: the first offending field's path, as services name it.
+        body = envelope("validation_error", text, {"field": field or "body"})
     elif isinstance(exc, exceptions.Throttled):
         body = envelope("throttled", "Too many requests.", {"retry_after_seconds": exc.wait})
     elif isinstance(exc, exceptions.APIException):
