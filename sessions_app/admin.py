@@ -7,7 +7,7 @@ from django.db.models import F, OuterRef, Subquery
 from django.urls import reverse
 from django.utils.html import format_html
 
-from ctxadmin.admin import ConsoleAdmin, MachineOwnedAdmin
+from ctxadmin.admin import MachineOwnedAdmin
 from ctxadmin.content import ContentAdminMixin, render
 from sessions_app.compaction.policy import TRIGGERS
 from sessions_app.models import (
@@ -22,8 +22,9 @@ from sessions_app.models import (
 
 
 @admin.register(Session)
-class SessionAdmin(ConsoleAdmin):
-    """Sessions by their numbers only: no state, no events, no content."""
+class SessionAdmin(MachineOwnedAdmin):
+    """Sessions by their numbers only: no state, no events, no content. Read-only: a session
+    is deleted through the API's delete service (holds, receipts), never here."""
 
     list_display = [
         "session_id",
@@ -63,12 +64,6 @@ class SessionAdmin(ConsoleAdmin):
     @admin.display(description="active checkpoint")
     def active_checkpoint(self, obj):
         return _checkpoint_link(obj._active)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 def _fixed_choices_filter(field: str, values: tuple[str, ...]) -> type[admin.SimpleListFilter]:
