@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ctxadmin import stack
+from ctxadmin import deployment, stack
 from ctxadmin.env import Env, parse_database_url, validate_redis_url
 from ctxadmin.providers.base import parse_providers
 
@@ -72,7 +72,20 @@ REDIS_URL = validate_redis_url(
     env.str("REDIS_URL") or _STACK_STATE.get("redis_url") or "redis://127.0.0.1:6379/0"
 )
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", REDIS_URL)
-CELERY_TASK_DEFAULT_QUEUE = env.str("CTXADMIN_CELERY_QUEUE", "ctxadmin")
+# This deployment's identity: the database it writes to, unless CTXADMIN_DEPLOYMENT names it
+# (two hosts whose databases share an address, e.g. 127.0.0.1:5432/ctxadmin, on one Redis).
+# Its queue and broker keys derive from it, so deployments sharing a Redis never take each
+# other's tasks.
+try:
+    CTXADMIN_DEPLOYMENT = deployment.validate_deployment(
+        env.str("CTXADMIN_DEPLOYMENT")
+        or deployment.deployment_id(_db.get("HOST", ""), _db.get("PORT", ""), _db["NAME"])
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+CELERY_TASK_DEFAULT_QUEUE = env.str(
+    "CTXADMIN_CELERY_QUEUE", deployment.queue_name(CTXADMIN_DEPLOYMENT)
+)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -100,6 +113,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "max_retries": 2,
     "socket_connect_timeout": 2,
     "socket_timeout": 5,
+    "global_keyprefix": deployment.broker_key_prefix(CELERY_TASK_DEFAULT_QUEUE),
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
