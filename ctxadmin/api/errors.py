@@ -110,6 +110,11 @@ def exception_handler(exc: Exception, context: dict) -> Response:
             if isinstance(exc, kind):
                 code, message = kind_code, kind_message
                 break
+        if isinstance(exc, exceptions.UnsupportedMediaType):
+            message = (
+                "Send the body as JSON with 'Content-Type: application/json'; "
+                "form and other encodings are not read."
+            )
         body = envelope(code, message or str(exc.detail))
     else:
         view = context.get("view")
