@@ -52,7 +52,9 @@ class MemoryListView(MemoryScopedView):
         operation_id="memories_erase",
         description="With `session_id`: erase that session's memories (no body). Without it: "
         'erase the user\'s whole memory; the body must be `{"confirm": "erase user <user>"}`. '
-        "404 `not_found` when there is nothing to erase; 409 `legal_hold` under a legal "
+        "With `session_id`, 404 `not_found` when there is nothing to erase; a user with "
+        "nothing left gets 200 and a receipt of zero counts (a retried erasure succeeds). "
+        "409 `legal_hold` under a legal "
         "hold; 409 `memory_retained` when a session's entry is still in its retention period.",
         parameters=[
             OpenApiParameter(
