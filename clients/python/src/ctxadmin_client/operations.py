@@ -100,6 +100,7 @@ OPERATIONS: dict[str, Operation] = {
     "memories_erase": Operation(
         "DELETE", _USER + "/memories", ("erase_session_memories", "erase_user_memories")
     ),
+    "memories_list": Operation("GET", _USER + "/memories", ("list_memories",)),
     "memories_get": Operation("GET", _USER + "/memories/{memory_id}", ("get_memory",)),
     "memories_delete": Operation("DELETE", _USER + "/memories/{memory_id}", ("delete_memory",)),
     "memories_search": Operation("POST", _USER + "/memories/search", ("search_memory",)),
@@ -126,4 +127,3 @@ OPERATIONS: dict[str, Operation] = {
     "outbox_job_cancel": Operation("POST", _APP + "/outbox/jobs/{job_id}/cancel", ("cancel_job",)),
     "outbox_stats": Operation("GET", _APP + "/outbox/stats", ("outbox_stats",)),
 }
-
