@@ -50,7 +50,11 @@ def _safe(text: str) -> str:
 def _first_field_message(detail: Any, path: str = "") -> tuple[str, str]:
     if isinstance(detail, dict) and detail:
         key, value = next(iter(detail.items()))
-        child = key if not path else f"{path}.{key}"
+        # A list's item (DRF keys it by index) is named as services name it: ``scopes[0]``.
+        if isinstance(key, int):
+            child = f"{path}[{key}]"
+        else:
+            child = key if not path else f"{path}.{key}"
         if key == "non_field_errors":
             child = path
         return _first_field_message(value, child)

@@ -29,6 +29,8 @@ OPERATIONS: dict[str, Operation] = {
     "api_keys_list": Operation("GET", _APP + "/keys", ("list_keys",)),
     "api_key_get": Operation("GET", _APP + "/keys/{prefix}", ("get_api_key",)),
     "api_key_revoke": Operation("DELETE", _APP + "/keys/{prefix}", ("revoke_api_key",)),
+    "api_keys_create": Operation("POST", _APP + "/keys", ("create_api_key",)),
+    "api_key_rotate": Operation("POST", _APP + "/keys/{prefix}/rotate", ("rotate_api_key",)),
     # prefix caches
     "cache_acquire": Operation("POST", _APP + "/cache/acquire", ("acquire_cache",)),
     "cache_invalidate": Operation("POST", _APP + "/cache/invalidate", ("invalidate_cache",)),
