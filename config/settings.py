@@ -13,6 +13,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from ctxadmin import deployment, stack
+from ctxadmin.api.tags import TAGS
 from ctxadmin.env import Env, parse_database_url, validate_redis_url
 from ctxadmin.providers.base import parse_providers
 
@@ -380,6 +381,7 @@ SPECTACULAR_SETTINGS = {
         '<api key>`; every error is `{"error": {"code", "message", "details"}}`.'
     ),
     "VERSION": "1.0.0",
+    "TAGS": TAGS,
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
