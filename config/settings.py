@@ -354,8 +354,20 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env.bool("CTXADMIN_SECURE_COOKIES", False)
+# CTXADMIN_HTTPS: the service is reached over HTTPS only (directly or through a proxy that
+# sets X-Forwarded-Proto): secure cookies, a redirect of plain HTTP, and HSTS. The health
+# checks and /metrics stay answerable over plain HTTP for probes inside the network.
+HTTPS_ONLY = env.bool("CTXADMIN_HTTPS", False)
+SESSION_COOKIE_SECURE = env.bool("CTXADMIN_SECURE_COOKIES", HTTPS_ONLY)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = HTTPS_ONLY
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("CTXADMIN_HSTS_SECONDS", 31536000 if HTTPS_ONLY else 0, minimum=0)
+# Both bind every subdomain of the host to HTTPS (preload: through the browsers' list): opt in.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("CTXADMIN_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env.bool("CTXADMIN_HSTS_PRELOAD", False)
+if env.bool("CTXADMIN_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
