@@ -8,15 +8,27 @@ transaction that wrote the row has committed.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import threading
+import time
 import uuid
 
-from celery import Celery
+from celery import Celery, signals
 from celery.contrib.django.task import DjangoTask
+from celery.exceptions import Reject
+from celery.worker.control import inspect_command
+from django.conf import settings
 from django.db import transaction
 
+from ctxadmin import deployment
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+logger = logging.getLogger("ctxadmin.workers")
+# How long a worker holds a task of another deployment before handing it back to the queue,
+# so that the deployment's own workers get their turn at it.
+FOREIGN_TASK_HOLD_SECONDS = 1.0
 
 # Identifiers only: ids, slugs, fingerprints. Free text cannot pass.
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
@@ -53,7 +65,27 @@ class IdOnlyTask(DjangoTask):
 
     def apply_async(self, args=None, kwargs=None, *rest, **options):
         check_id_arguments(args, kwargs)
-        return super().apply_async(args, kwargs, *rest, **options)
+        headers = dict(options.pop("headers", None) or {})
+        headers[deployment.TASK_HEADER] = settings.CTXADMIN_DEPLOYMENT
+        return super().apply_async(args, kwargs, *rest, headers=headers, **options)
+
+    def __call__(self, *args, **kwargs):
+        sender = task_deployment(self.request)
+        if sender is not None and sender != settings.CTXADMIN_DEPLOYMENT:
+            # Another deployment's task on our queue (both configured with one queue name):
+            # never run it and never acknowledge it away; it goes back for its own workers.
+            logger.warning(
+                "task of another deployment handed back",
+                extra={
+                    "task": self.name,
+                    "task_id": self.request.id,
+                    "task_deployment": sender,
+                    "deployment": settings.CTXADMIN_DEPLOYMENT,
+                },
+            )
+            time.sleep(FOREIGN_TASK_HOLD_SECONDS)
+            raise Reject("task of another deployment", requeue=True)
+        return super().__call__(*args, **kwargs)
 
     def delay_on_commit(self, *args, **kwargs) -> None:
         """Publish once the current transaction commits.
@@ -73,8 +105,54 @@ class IdOnlyTask(DjangoTask):
         transaction.on_commit(publish, robust=True)
 
 
+def task_deployment(request) -> str | None:
+    """The deployment that published the task being run (None when it did not say)."""
+    value = getattr(request, deployment.TASK_HEADER, None)
+    if value is None:
+        value = (getattr(request, "headers", None) or {}).get(deployment.TASK_HEADER)
+    return value
+
+
 app = Celery("ctxadmin", task_cls=IdOnlyTask)
 app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+@inspect_command()
+def ctxadmin_deployment(state):
+    """Which deployment this worker serves, for the start-up check of the others."""
+    return {"deployment": settings.CTXADMIN_DEPLOYMENT, "queue": settings.CELERY_TASK_DEFAULT_QUEUE}
+
+
+def foreign_workers(timeout: float = 2.0) -> list[tuple[str, str]]:
+    """(worker, deployment) of the workers of other deployments answering on our queue."""
+    replies = app.control.broadcast("ctxadmin_deployment", reply=True, timeout=timeout)
+    return deployment.foreign_replies(replies, settings.CTXADMIN_DEPLOYMENT)
+
+
+def warn_of_foreign_workers(timeout: float = 2.0) -> list[tuple[str, str]]:
+    try:
+        found = foreign_workers(timeout)
+    except Exception:  # the broker is down: the worker reports that itself
+        logger.debug("could not ask the other workers for their deployment", exc_info=True)
+        return []
+    for hostname, theirs in found:
+        logger.warning(
+            "a worker of another deployment answers on this queue; give each deployment its "
+            "own CTXADMIN_CELERY_QUEUE (or leave it unset)",
+            extra={
+                "worker": hostname,
+                "worker_deployment": theirs,
+                "deployment": settings.CTXADMIN_DEPLOYMENT,
+                "queue": settings.CELERY_TASK_DEFAULT_QUEUE,
+            },
+        )
+    return found
+
+
+@signals.worker_ready.connect
+def _check_queue_is_ours(sender, **kwargs) -> None:
+    # In a thread: the worker's own loop must keep running (and answer) while we wait.
+    threading.Thread(target=warn_of_foreign_workers, name="deployment-check", daemon=True).start()
 
 
 # Periodic work, declared in code; each entry names a task that re-drives due rows.

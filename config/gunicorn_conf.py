@@ -10,6 +10,11 @@ graceful_timeout = 20
 keepalive = 5
 max_requests = 5000
 max_requests_jitter = 500
+# gunicorn's control socket defaults to one path per user account ($HOME/.gunicorn/gunicorn.ctl),
+# shared by every instance, and an instance that stops deletes it for the others: an instance
+# gets one only where CTXADMIN_GUNICORN_CONTROL_SOCKET names it (manage.py run: var/run/).
+control_socket = os.environ.get("CTXADMIN_GUNICORN_CONTROL_SOCKET", "").strip() or None
+control_socket_disable = control_socket is None
 accesslog = "-"
 # Paths and status only: query strings may carry ids users consider private.
 access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ctxadmin import stack
+from ctxadmin import deployment, stack
+from ctxadmin.api.tags import TAGS
 from ctxadmin.env import Env, parse_database_url, validate_redis_url
 from ctxadmin.providers.base import parse_providers
 
@@ -72,7 +73,20 @@ REDIS_URL = validate_redis_url(
     env.str("REDIS_URL") or _STACK_STATE.get("redis_url") or "redis://127.0.0.1:6379/0"
 )
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", REDIS_URL)
-CELERY_TASK_DEFAULT_QUEUE = env.str("CTXADMIN_CELERY_QUEUE", "ctxadmin")
+# This deployment's identity: the database it writes to, unless CTXADMIN_DEPLOYMENT names it
+# (two hosts whose databases share an address, e.g. 127.0.0.1:5432/ctxadmin, on one Redis).
+# Its queue and broker keys derive from it, so deployments sharing a Redis never take each
+# other's tasks.
+try:
+    CTXADMIN_DEPLOYMENT = deployment.validate_deployment(
+        env.str("CTXADMIN_DEPLOYMENT")
+        or deployment.deployment_id(_db.get("HOST", ""), _db.get("PORT", ""), _db["NAME"])
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+CELERY_TASK_DEFAULT_QUEUE = env.str(
+    "CTXADMIN_CELERY_QUEUE", deployment.queue_name(CTXADMIN_DEPLOYMENT)
+)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -100,6 +114,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "max_retries": 2,
     "socket_connect_timeout": 2,
     "socket_timeout": 5,
+    "global_keyprefix": deployment.broker_key_prefix(CELERY_TASK_DEFAULT_QUEUE),
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
@@ -330,6 +345,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# The console shows times with seconds and the zone (config/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["config.formats"]
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
@@ -342,8 +359,20 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env.bool("CTXADMIN_SECURE_COOKIES", False)
+# CTXADMIN_HTTPS: the service is reached over HTTPS only (directly or through a proxy that
+# sets X-Forwarded-Proto): secure cookies, a redirect of plain HTTP, and HSTS. The health
+# checks and /metrics stay answerable over plain HTTP for probes inside the network.
+HTTPS_ONLY = env.bool("CTXADMIN_HTTPS", False)
+SESSION_COOKIE_SECURE = env.bool("CTXADMIN_SECURE_COOKIES", HTTPS_ONLY)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = HTTPS_ONLY
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("CTXADMIN_HSTS_SECONDS", 31536000 if HTTPS_ONLY else 0, minimum=0)
+# Both bind every subdomain of the host to HTTPS (preload: through the browsers' list): opt in.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("CTXADMIN_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env.bool("CTXADMIN_HSTS_PRELOAD", False)
+if env.bool("CTXADMIN_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
@@ -371,6 +400,7 @@ SPECTACULAR_SETTINGS = {
         '<api key>`; every error is `{"error": {"code", "message", "details"}}`.'
     ),
     "VERSION": "1.0.0",
+    "TAGS": TAGS,
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],

@@ -17,6 +17,7 @@ api_patterns = [
 ]
 
 urlpatterns = [
+    path("", health.index, name="index"),
     path("api/v1/", include((api_patterns, "api"))),
     path("dev/v1/", include("console.diagnostics.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -14,6 +14,8 @@ from ctxadmin.services import create_api_key, revoke_api_keys
 admin.site.site_header = "ctxadmin"
 admin.site.site_title = "ctxadmin console"
 admin.site.index_title = "Operations"
+# Django's bulk delete bypasses every service (holds, receipts, cascades): never offered.
+admin.site.disable_action("delete_selected")
 
 
 class ConsoleAdmin(admin.ModelAdmin):
@@ -103,6 +105,10 @@ class AppAdmin(ConsoleAdmin):
     def active_keys(self, obj):
         return obj._active_keys
 
+    def has_delete_permission(self, request, obj=None):
+        # Deleting an app would cascade over every session and memory, past holds and receipts.
+        return False
+
 
 class ApiKeyCreateForm(forms.ModelForm):
     scopes = forms.MultipleChoiceField(
@@ -147,6 +153,10 @@ class ApiKeyAdmin(ConsoleAdmin):
     def has_change_permission(self, request, obj=None):
         # Keys are immutable; the change page is a read-only view (revoke is an action).
         return False if obj is not None else super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        # A key is revoked (its row stays for the audit trail), never deleted.
+        return False
 
     def save_model(self, request, obj, form, change):
         key, raw = create_api_key(

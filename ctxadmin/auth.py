@@ -81,6 +81,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request):
         header = authentication.get_authorization_header(request)
         if not header:
+            if request.META.get("HTTP_X_API_KEY"):
+                raise exceptions.AuthenticationFailed(
+                    "Send the key in the Authorization header as 'Bearer <key>'; "
+                    "X-API-Key is not read."
+                )
             return None
         try:
             text = header.decode("ascii")
@@ -88,7 +93,12 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Invalid API key.") from None
         scheme, _, raw = text.partition(" ")
         if scheme.lower() != self.keyword.lower():
-            return None
+            # The scheme is a word the client chose; the credential after it is never echoed.
+            named = scheme if scheme.isalpha() and len(scheme) <= 20 else "this"
+            raise exceptions.AuthenticationFailed(
+                f"Send the key as 'Authorization: Bearer <key>'; the {named} scheme is not "
+                "accepted."
+            )
         raw = raw.strip()
         for marker, resolve in resolvers():
             if raw.startswith(marker):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from django.contrib import messages
 from django.utils.html import format_html
 
 from ctxadmin.models import AuditLog
@@ -58,6 +59,11 @@ class ContentAdminMixin:
                     object_type=obj._meta.label_lower,
                     object_id=str(obj.pk),
                     app_id=self.content_app_id(obj),
+                )
+                messages.warning(
+                    request,
+                    "This page shows conversation content. Your view was written to the "
+                    "audit log (who, what, when).",
                 )
         return super().change_view(request, object_id, form_url, extra_context)
 

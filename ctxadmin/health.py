@@ -21,6 +21,22 @@ from ctxadmin.stack import redis_answers
 
 
 @require_GET
+def index(request):
+    """``/``: where things are, for a person or a client that starts at the root."""
+    return JsonResponse(
+        {
+            "service": "ctxadmin",
+            "api": "/api/v1/",
+            "docs": "/api/docs/",
+            "schema": "/api/schema/",
+            "console": "/admin/",
+            "health": "/healthz",
+            "readiness": "/readyz",
+        }
+    )
+
+
+@require_GET
 def healthz(request):
     return JsonResponse({"status": "ok"})
 

@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from ctxadmin.errors import not_found
 from ctxadmin.keys import generate_key, hash_key
 from ctxadmin.models import APP_NAME_TAKEN, SCOPES, ApiKey, App
 from ctxadmin.pruning import MAX_ECHOED, echoed
@@ -73,6 +74,18 @@ def create_api_key(
         except IntegrityError:  # a prefix collision: draw again
             continue
     raise RuntimeError("could not allocate a unique API key prefix")
+
+
+def rotate_api_key(key: ApiKey) -> tuple[ApiKey, str]:
+    """A new key with the old one's app, scopes and name, and the old one revoked, in one
+    transaction (a concurrent rotation of the same key finds it revoked: 404)."""
+    with transaction.atomic():
+        revoked = ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        if not revoked:
+            raise not_found()
+        return create_api_key(key.app, key.scopes, name=key.name)
 
 
 def revoke_api_keys(keys) -> int:

@@ -12,6 +12,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
 
 from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uuid_or_404
@@ -29,6 +31,7 @@ from memory.inputs import (
     parse_epoch,
     redact_metadata,
 )
+from memory.models import MemoryEntry
 from memory.scope import check_epoch, lock_scope
 from memory.vectors import embed_one, embedder_is_local, vector_text
 from sessions_app.selectors import EventError, decode, parse_timestamp
@@ -307,6 +310,30 @@ def get_memory(app: App, user_id: str, memory_id: str) -> dict:
     if row is None:
         raise not_found()
     return _entry(row)
+
+
+def live_entries(app: App, user_id: str, filter_sql: str = "", filter_params=()):
+    """The user's unexpired entries (a queryset to page), narrowed by a compiled search
+    filter (``memory.filters``; its SQL names only the entry's own columns)."""
+    rows = MemoryEntry.objects.filter(app=app, user_id=user_id).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=Now())
+    )
+    if filter_sql:
+        rows = rows.extra(where=[filter_sql], params=list(filter_params))  # noqa: S610
+    return rows
+
+
+def entries_by_id(ids: list) -> list[dict]:
+    """The entries of ``ids``, in that order (a page the caller has chosen)."""
+    if not ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry WHERE id = ANY(%s)",  # noqa: S608
+            [list(ids)],
+        )
+        found = {row[0]: _entry(row) for row in cursor.fetchall()}
+    return [found[str(key)] for key in ids if str(key) in found]
 
 
 def delete_memory(app: App, user_id: str, memory_id: str) -> None:

@@ -4,8 +4,9 @@ Each erasure runs in one transaction that holds the scope's erasure lock, refuse
 legal hold (409 ``legal_hold``), deletes the entries (their vectors and lexical index live
 in the same rows), erases the scope's queued ingestion work through the registered
 erasers, and keeps a content-free ``ErasureReceipt``: the key prefix, the scope's
-fingerprint (never the user id), the kind, the counts and the time. Erasing nothing is
-404 ``not_found`` and leaves no receipt.
+fingerprint (never the user id), the kind, the counts and the time. Erasing an entry or a
+session that holds nothing is 404 ``not_found`` and leaves no receipt; erasing a user with
+nothing left answers a receipt of zero counts (erasure pipelines retry until they succeed).
 
 Entry and session erasure honour retention (an entry whose ``retain_until`` has not
 passed is not erased: 409 ``memory_retained``); user erasure ignores retention, never a
@@ -192,9 +193,10 @@ def erase_user(app: App, user_id: str, key_prefix: str) -> dict:
             )
             consent = cursor.rowcount
         queued = _erase_queued_work(app, user_id, None)
-        if not entries and not queued and not consent:
-            raise not_found()
-        epoch = advance_epoch(app, user_id)
+        # A user with nothing left (an erasure pipeline's retry) gets a receipt of zero counts;
+        # the epoch moves only when something was erased.
+        erased = entries or queued or consent
+        epoch = advance_epoch(app, user_id) if erased else current_epoch(app, user_id)
         return _receipt(
             app,
             user_id,

@@ -8,6 +8,7 @@ Pure: no Django, no database, no app; a refusal is ``ctxadmin.errors.invalid``.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -142,6 +143,20 @@ def parse_search(body: Any) -> SearchRequest:
     except memory_filters.FilterError as exc:
         raise invalid(exc.path, exc.message) from None
     return SearchRequest(query, mode, sql, params, limit, min_score, weights)
+
+
+def parse_list_filter(raw: str | None) -> tuple[str, list]:
+    """``?filter=`` of the memory list: the search's filter object, as JSON text."""
+    if raw is None:
+        return "", []
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise invalid("filter", "must be a JSON object (URL-encoded)") from None
+    try:
+        return memory_filters.compile_filter(value)
+    except memory_filters.FilterError as exc:
+        raise invalid(exc.path, exc.message) from None
 
 
 # ----------------------------------------------------------------------------- governance

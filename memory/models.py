@@ -146,6 +146,9 @@ class MemoryPolicy(models.Model):
     updated_at = models.DateTimeField(db_default=Now())
     updated_by = models.CharField(max_length=10, blank=True, db_default="")  # key prefix
 
+    class Meta:
+        verbose_name_plural = "memory policies"
+
     def __str__(self) -> str:
         return f"memory policy of app {self.app_id}"
 

@@ -5,9 +5,9 @@ import json
 from django.contrib import admin
 from django.db.models import F, OuterRef, Subquery
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from ctxadmin.admin import ConsoleAdmin, MachineOwnedAdmin
+from ctxadmin.admin import MachineOwnedAdmin
 from ctxadmin.content import ContentAdminMixin, render
 from sessions_app.compaction.policy import TRIGGERS
 from sessions_app.models import (
@@ -22,8 +22,9 @@ from sessions_app.models import (
 
 
 @admin.register(Session)
-class SessionAdmin(ConsoleAdmin):
-    """Sessions by their numbers only: no state, no events, no content."""
+class SessionAdmin(MachineOwnedAdmin):
+    """Sessions by their numbers only: no state, no events, no content. Read-only: a session
+    is deleted through the API's delete service (holds, receipts), never here."""
 
     list_display = [
         "session_id",
@@ -51,6 +52,7 @@ class SessionAdmin(ConsoleAdmin):
         "active_checkpoint",
         "created_at",
         "updated_at",
+        "rows",
     ]
     readonly_fields = fields
     show_full_result_count = False
@@ -64,11 +66,21 @@ class SessionAdmin(ConsoleAdmin):
     def active_checkpoint(self, obj):
         return _checkpoint_link(obj._active)
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+    @admin.display(description="its rows")
+    def rows(self, obj):
+        links = [
+            (reverse(f"admin:sessions_app_{model}_changelist"), label)
+            for model, label in (
+                ("event", "events"),
+                ("checkpoint", "checkpoints"),
+                ("invocation", "invocations"),
+            )
+        ]
+        return format_html_join(
+            " · ",
+            '<a href="{}?session__id__exact={}" data-session-rows="{}">{}</a>',
+            ((url, obj.pk, label, label) for url, label in links),
+        )
 
 
 def _fixed_choices_filter(field: str, values: tuple[str, ...]) -> type[admin.SimpleListFilter]:
@@ -114,6 +126,12 @@ class SessionRowAdmin(MachineOwnedAdmin):
                 _session_id=F("session__session_id"),
             )
         )
+
+    # A session's page links to its rows here (``?session__id__exact=``; indexed by session).
+    SESSION_LOOKUP = "session__id__exact"
+
+    def lookup_allowed(self, lookup, value, request=None):
+        return lookup == self.SESSION_LOOKUP or super().lookup_allowed(lookup, value, request)
 
     @admin.display(description="session", ordering="session_id")
     def session_ref(self, obj):

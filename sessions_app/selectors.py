@@ -345,7 +345,10 @@ def compactions_per_hour(hours: list[datetime]) -> dict:
         .annotate(
             requested=Count("*"),
             committed=Count("pk", filter=committed),
-            failed=Count("pk", filter=Q(status=Checkpoint.FAILED)),
+            # A client's request with nothing to compact is answered, not a failure.
+            failed=Count(
+                "pk", filter=Q(status=Checkpoint.FAILED) & ~Q(reason="nothing_to_compact")
+            ),
             saved_per_hour=Coalesce(
                 Sum(
                     Coalesce(F("tokens_before"), 0) - Coalesce(F("tokens_after"), 0),

@@ -47,19 +47,14 @@ def _safe(text: str) -> str:
     return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
 
 
-def _flatten(detail: Any) -> Any:
-    """DRF ErrorDetail trees → plain JSON (strings, lists, dicts)."""
-    if isinstance(detail, dict):
-        return {str(key): _flatten(value) for key, value in detail.items()}
-    if isinstance(detail, list | tuple):
-        return [_flatten(item) for item in detail]
-    return _safe(str(detail))
-
-
 def _first_field_message(detail: Any, path: str = "") -> tuple[str, str]:
     if isinstance(detail, dict) and detail:
         key, value = next(iter(detail.items()))
-        child = key if not path else f"{path}.{key}"
+        # A list's item (DRF keys it by index) is named as services name it: ``scopes[0]``.
+        if isinstance(key, int):
+            child = f"{path}[{key}]"
+        else:
+            child = key if not path else f"{path}.{key}"
         if key == "non_field_errors":
             child = path
         return _first_field_message(value, child)
@@ -109,7 +104,8 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     elif isinstance(exc, exceptions.ValidationError):
         field, message = _first_field_message(exc.detail)
         text = f"{field}: {message}" if field else message
-        body = envelope("validation_error", text, {"fields": _flatten(exc.detail)})
+        # The one envelope's shape: the first offending field's path, as services name it.
+        body = envelope("validation_error", text, {"field": field or "body"})
     elif isinstance(exc, exceptions.Throttled):
         body = envelope("throttled", "Too many requests.", {"retry_after_seconds": exc.wait})
     elif isinstance(exc, exceptions.APIException):
@@ -118,6 +114,11 @@ def exception_handler(exc: Exception, context: dict) -> Response:
             if isinstance(exc, kind):
                 code, message = kind_code, kind_message
                 break
+        if isinstance(exc, exceptions.UnsupportedMediaType):
+            message = (
+                "Send the body as JSON with 'Content-Type: application/json'; "
+                "form and other encodings are not read."
+            )
         body = envelope(code, message or str(exc.detail))
     else:
         view = context.get("view")

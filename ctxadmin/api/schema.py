@@ -8,6 +8,7 @@ from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.utils import OpenApiParameter
 
 from ctxadmin.api.paths import PATH_PARAMETER_RULES
+from ctxadmin.api.tags import tag_for
 
 PAGINATION_PARAMETERS = [
     OpenApiParameter("cursor", str, description="the `next` or `previous` of an earlier page"),
@@ -39,7 +40,11 @@ ERROR_SCHEMA = {
 
 class AutoSchema(SpectacularAutoSchema):
     """drf-spectacular's, plus ``cursor`` and ``limit`` on every paginated ``GET`` (our views
-    paginate by hand, so drf-spectacular does not see them as list views)."""
+    paginate by hand, so drf-spectacular does not see them as list views), and operations
+    grouped by topic (``TAG_RULES``)."""
+
+    def get_tags(self):
+        return [tag_for(self.path)]
 
     def get_override_parameters(self):
         parameters = super().get_override_parameters()

@@ -9,9 +9,10 @@ from rest_framework.response import Response
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.serializers import StrictCharField, StrictSerializer
 from ctxadmin.api.views import AppScopedView
+from ctxadmin.errors import invalid
 from ctxadmin.models import SCOPE_ADMIN, SCOPE_DIAGNOSTICS, SCOPES, ApiKey
 from ctxadmin.selectors import app_summary
-from ctxadmin.services import revoke_api_keys, update_app
+from ctxadmin.services import create_api_key, revoke_api_keys, rotate_api_key, update_app
 
 
 class KeyCountsSerializer(serializers.Serializer):
@@ -50,6 +51,32 @@ class ApiKeyInfoSerializer(serializers.ModelSerializer):
 
     def get_state(self, key: ApiKey) -> str:
         return "active" if key.is_active else "revoked"
+
+
+class ApiKeyCreateSerializer(StrictSerializer):
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=SCOPES), allow_empty=False, max_length=len(SCOPES)
+    )
+    name = StrictCharField(max_length=100, allow_blank=True, required=False)
+
+
+class ApiKeyCreatedSerializer(ApiKeyInfoSerializer):
+    key = serializers.SerializerMethodField(help_text="The secret: shown in this answer only.")
+
+    class Meta(ApiKeyInfoSerializer.Meta):
+        fields = [*ApiKeyInfoSerializer.Meta.fields, "key"]
+
+    def get_key(self, key: ApiKey) -> str:
+        return self.context["secret"]
+
+
+def _created(key: ApiKey, secret: str) -> Response:
+    answer = Response(
+        ApiKeyCreatedSerializer(key, context={"secret": secret}).data,
+        status=status.HTTP_201_CREATED,
+    )
+    answer["Cache-Control"] = "no-store"  # the secret is in this answer and nowhere else
+    return answer
 
 
 class AppView(AppScopedView):
@@ -97,6 +124,46 @@ class ApiKeyListView(AppScopedView):
     def get(self, request, app):
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="api_keys_create",
+        request=ApiKeyCreateSerializer,
+        responses={201: ApiKeyCreatedSerializer},
+        description="A new key of the app with the scopes given; its secret (`key`) is in "
+        "this answer only.",
+    )
+    def post(self, request, app):
+        payload = ApiKeyCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        key, secret = create_api_key(
+            self.tenant,
+            payload.validated_data["scopes"],
+            name=payload.validated_data.get("name", ""),
+        )
+        return _created(key, secret)
+
+
+class ApiKeyRotateView(AppScopedView):
+    """``POST``: a new key with the old one's scopes and name; the old one is revoked at once
+    (``admin`` scope). Rotating the calling key itself is allowed: its next request is 401."""
+
+    required_scopes = {"*": SCOPE_ADMIN}
+    queryset = ApiKey.objects.select_related("app")
+    serializer_class = ApiKeyCreatedSerializer
+    lookup_field = "prefix"
+    lookup_url_kwarg = "prefix"
+    user_field = None
+
+    @extend_schema(
+        operation_id="api_key_rotate", request=None, responses={201: ApiKeyCreatedSerializer}
+    )
+    def post(self, request, app, prefix):
+        if request.data:
+            raise invalid("body", "rotating a key takes no body")
+        key = self.get_object()
+        if not key.is_active:
+            raise invalid("prefix", "a revoked key cannot be rotated")
+        return _created(*rotate_api_key(key))
 
 
 class ApiKeyDetailView(AppScopedView):

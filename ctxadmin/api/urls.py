@@ -10,4 +10,9 @@ urlpatterns = [
     path("apps/<str:app>/key", tenancy.CurrentKeyView.as_view(), name="current-key"),
     path("apps/<str:app>/keys", tenancy.ApiKeyListView.as_view(), name="api-keys"),
     path("apps/<str:app>/keys/<str:prefix>", tenancy.ApiKeyDetailView.as_view(), name="api-key"),
+    path(
+        "apps/<str:app>/keys/<str:prefix>/rotate",
+        tenancy.ApiKeyRotateView.as_view(),
+        name="api-key-rotate",
+    ),
 ]

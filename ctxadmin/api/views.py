@@ -97,7 +97,11 @@ class AppScopedView(GenericAPIView):
         if needed is None or needed not in token.capabilities:
             raise ServiceError(
                 "capability_denied",
-                "This tool token does not allow this operation.",
+                (
+                    f"This tool token lacks the capability {needed!r} this operation needs."
+                    if needed
+                    else "No tool token may call this operation; use an API key."
+                ),
                 status_code=403,
                 details={"needed": needed},
             )

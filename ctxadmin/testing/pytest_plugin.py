@@ -40,7 +40,11 @@ def _bring_up() -> None:
     os.environ["REDIS_URL"] = redis_url
     if local is not None:
         _started["redis"] = local
-    os.environ.setdefault("CTXADMIN_CELERY_QUEUE", f"ctxadmin-test-{uuid.uuid4().hex[:12]}")
+    run = uuid.uuid4().hex[:12]
+    os.environ.setdefault("CTXADMIN_CELERY_QUEUE", f"ctxadmin-test-{run}")
+    # The test database's name differs from the one settings derive the deployment from:
+    # the run names its deployment, and the workers it starts inherit it.
+    os.environ.setdefault("CTXADMIN_DEPLOYMENT", f"test-{run}")
 
 
 def pytest_unconfigure(config):

@@ -15,25 +15,32 @@ import psutil
 from ctxadmin import stack
 
 # The service finds (or makes) these itself; a test run's values must not leak into it.
-_NOT_INHERITED = {"DATABASE_URL", "CTXADMIN_CELERY_QUEUE", "PROMETHEUS_MULTIPROC_DIR", "SECRET_KEY"}
+_NOT_INHERITED = {
+    "DATABASE_URL",
+    "CTXADMIN_CELERY_QUEUE",
+    "CTXADMIN_DEPLOYMENT",
+    "PROMETHEUS_MULTIPROC_DIR",
+    "SECRET_KEY",
+}
 
 
 class ServiceProcess:
     """The whole stack started with its own ``var`` folder and web port."""
 
-    def __init__(self, var: Path, port: int, log: Path, *, extra_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        var: Path,
+        port: int,
+        log: Path,
+        *,
+        extra_env: dict[str, str] | None = None,
+        without_env: tuple[str, ...] = (),
+    ):
+        """``without_env``: more variables of this process the service does not get (e.g.
+        ``REDIS_URL``, to find Redis as ``make run`` does)."""
         self.var, self.port, self.log = var, port, log
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if key
-            not in {
-                "DATABASE_URL",
-                "CTXADMIN_CELERY_QUEUE",
-                "PROMETHEUS_MULTIPROC_DIR",
-                "SECRET_KEY",
-            }
-        }
+        dropped = _NOT_INHERITED | set(without_env)
+        env = {key: value for key, value in os.environ.items() if key not in dropped}
         self.env = {
             **env,
             "CTXADMIN_VAR_DIR": str(var),

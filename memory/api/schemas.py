@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN, MAX_ID_LENGTH
+from ctxadmin.api.schema import page
 from memory.filters import MAX_CONDITIONS, MAX_IN_VALUES, MAX_STRING_BYTES
 from memory.inputs import (
     EMBED_MODES,
@@ -148,6 +149,7 @@ COMPONENTS = {
         },
         ["query"],
     ),
+    "MemoryPage": page("Memory"),
     "MemorySearchResult": _strict(
         {
             "hits": {

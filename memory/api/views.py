@@ -6,6 +6,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
+from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
@@ -18,18 +19,44 @@ from memory import search as memory_search
 JSON = "application/json"
 
 
+class MemoryCursor(Cursor):
+    # Newest first; the id orders entries added in one transaction (one now()).
+    ordering = ("-created_at", "-id")
+
+
 class MemoryScopedView(AppScopedView):
     required_scopes = {"*": SCOPE_MEMORY}
 
 
 class MemoryListView(MemoryScopedView):
-    """``POST``: add a memory (idempotent with ``idempotency_key``). ``DELETE``: erase a
+    """``GET``: the user's memories, newest first, by cursor (``?filter=`` as in search).
+    ``POST``: add a memory (idempotent with ``idempotency_key``). ``DELETE``: erase a
     session's memories (``?session_id=``) or, with ``{"confirm": "erase user <user>"}``, the
     user's whole memory."""
 
-    tool_capabilities = {"POST": "memory_add"}
+    tool_capabilities = {"POST": "memory_add", "GET": "memory_search"}
+    pagination_class = MemoryCursor
 
-    allowed_query_params = frozenset({"session_id"})  # DELETE only
+    # GET: cursor, limit, filter; DELETE: session_id (each refuses the other's).
+    allowed_query_params = PAGINATION_QUERY_PARAMS | {"filter", "session_id"}
+
+    @extend_schema(
+        operation_id="memories_list",
+        description="The user's unexpired memories, newest first. `filter` is the search's "
+        'filter object as URL-encoded JSON (e.g. `filter={"topic":"travel"}`).',
+        parameters=[
+            OpenApiParameter(
+                "filter", str, description="a search filter object, as JSON (URL-encoded)"
+            )
+        ],
+        responses={200: ref("MemoryPage")},
+    )
+    def get(self, request, app, user):
+        _refuse_params(request, {"session_id"})
+        sql, params = inputs.parse_list_filter(request.query_params.get("filter"))
+        rows = entries.live_entries(self.tenant, user, sql, params).only("id", "created_at")
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(entries.entries_by_id([row.id for row in page]))
 
     @extend_schema(
         operation_id="memories_add",
@@ -52,7 +79,9 @@ class MemoryListView(MemoryScopedView):
         operation_id="memories_erase",
         description="With `session_id`: erase that session's memories (no body). Without it: "
         'erase the user\'s whole memory; the body must be `{"confirm": "erase user <user>"}`. '
-        "404 `not_found` when there is nothing to erase; 409 `legal_hold` under a legal "
+        "With `session_id`, 404 `not_found` when there is nothing to erase; a user with "
+        "nothing left gets 200 and a receipt of zero counts (a retried erasure succeeds). "
+        "409 `legal_hold` under a legal "
         "hold; 409 `memory_retained` when a session's entry is still in its retention period.",
         parameters=[
             OpenApiParameter(
@@ -62,6 +91,7 @@ class MemoryListView(MemoryScopedView):
         responses={200: ref("MemoryErasureReceipt")},
     )
     def delete(self, request, app, user):
+        _refuse_params(request, PAGINATION_QUERY_PARAMS | {"filter"})
         key_prefix = request.auth.prefix
         sessions = request.query_params.getlist("session_id")
         if not sessions:
@@ -72,6 +102,17 @@ class MemoryListView(MemoryScopedView):
         if request.data:
             raise invalid("body", "erasing a session takes no body")
         return Response(erasure.erase_session(self.tenant, user, sessions[0], key_prefix))
+
+
+def _refuse_params(request, names) -> None:
+    """A parameter this method does not read is refused, not ignored."""
+    given = sorted(set(request.query_params) & set(names))
+    if given:
+        raise ServiceError(
+            "unknown_parameter",
+            f"unknown query parameter {given[0]!r} for {request.method}",
+            details={"unknown": given},
+        )
 
 
 class MemoryDetailView(MemoryScopedView):

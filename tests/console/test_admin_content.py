@@ -87,6 +87,9 @@ def seeded():
     return tenant, resource
 
 
+BANNER = "Your view was written to the audit log"
+
+
 def _staff(*codenames: str):
     user = get_user_model().objects.create_user("viewer", password="viewer-pass-123", is_staff=True)
     wanted = Permission.objects.filter(codename__in=codenames)
@@ -132,6 +135,7 @@ def test_a_staff_user_without_view_content_sees_no_content_anywhere(seeded, clie
         for secret in (SEEDED, SECRET, resource, resource.split("/")[-1]):
             assert secret not in html, f"{secret!r} on {name}"
     assert AuditLog.objects.count() == 0
+    assert not any(BANNER in response.content.decode() for response in pages.values())
 
 
 def test_a_content_viewer_sees_content_on_detail_pages_only_and_it_is_audit_logged(seeded, client):
@@ -146,6 +150,9 @@ def test_a_content_viewer_sees_content_on_detail_pages_only_and_it_is_audit_logg
     event = Event.objects.filter(content__isnull=False).order_by("seq").first()
     detail = client.get(reverse("admin:sessions_app_event_change", args=[event.pk]))
     assert SEEDED in detail.content.decode()
+    # The page says so: content shown, and the view written to the audit log.
+    assert BANNER in detail.content.decode()
+    assert BANNER not in listing.content.decode()
     checkpoint = Checkpoint.objects.get(status="active")
     summary = client.get(reverse("admin:sessions_app_checkpoint_change", args=[checkpoint.pk]))
     assert SEEDED in summary.content.decode()

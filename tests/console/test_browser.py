@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
 from ctxadmin import stack
+from ctxadmin.models import AuditLog
 from memory.models import OutboxJob
 from sessions_app.models import Checkpoint, Event, Session
 from tests.conftest import make_tenant
@@ -236,6 +237,27 @@ def test_the_console_in_a_browser(browser, live_server, tmp_path):
         assert str(shown_id) in browser.page_source, f"the {name} page is not {shown_id}"
         assert_shows_none_of(browser, content_texts(), f"the {name} page")
         screenshot(browser, tmp_path, name)
+    # From the session's page to its events and its checkpoints, by its links.
+    for label, shown in (("events", Event), ("checkpoints", Checkpoint)):
+        browser.get(f"{live_server.url}/admin/sessions_app/session/{session.pk}/change/")
+        browser.find_element("css selector", f'a[data-session-rows="{label}"]').click()
+        wait_until(lambda: "session__id__exact" in browser.current_url, what=f"its {label}")
+        rows = browser.find_elements("css selector", "#result_list tbody tr")
+        assert len(rows) == shown.objects.filter(session=session).count(), label
+        assert_shows_none_of(browser, content_texts(), f"the session's {label}")
+
+    # A content viewer sees an event's content under a banner saying it was audit-logged.
+    viewer = get_user_model().objects.get(username="operator")
+    viewer.user_permissions.add(Permission.objects.get(codename="view_content"))
+    event = Event.objects.filter(session=session, content__isnull=False).order_by("seq").first()
+    browser.get(f"{live_server.url}/admin/sessions_app/event/{event.pk}/change/")
+    banner = wait_until(
+        lambda: browser.find_elements("css selector", "ul.messagelist li.warning"),
+        what="the content banner",
+    )
+    assert "written to the audit log" in banner[0].text
+    assert AuditLog.objects.filter(object_id=str(event.pk), username="operator").exists()
+
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "checkpoint.png",
         "dashboard.png",

@@ -89,7 +89,8 @@ def snapshot() -> dict[str, list]:
 
 
 def actions_of(model_admin) -> set[str]:
-    names = {name for name, _func in admin.site.actions}
+    # Django's bulk delete is off site-wide; posted anyway, it must still be refused.
+    names = {"delete_selected"} | {name for name, _func in admin.site.actions}
     for action in model_admin.actions or ():
         names.add(action if isinstance(action, str) else action.__name__)
     return names

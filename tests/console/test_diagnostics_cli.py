@@ -236,5 +236,5 @@ def test_erase_user_refuses_without_confirm_then_erases(world):
     assert not MemoryEntry.objects.filter(user_id=USER).exists()
     assert OutboxJob.objects.get(pk=world.job_id).phase == "cancelled"
     assert_clean(world, text)
-    with pytest.raises(CommandError, match="not_found"):
-        run("erase_user", "acme", USER, "--confirm")
+    again, _ = run_json("erase_user", "acme", USER, "--confirm")
+    assert again["counts"] == {"entries": 0, "queued_work": 0, "consent_records": 0}

@@ -6,6 +6,15 @@ from django.test import override_settings
 from ctxadmin.stack import free_port
 
 
+def test_the_root_says_where_things_are(client):
+    response = client.get("/")
+    assert response.status_code == 200
+    index = response.json()
+    assert index["docs"] == "/api/docs/" and index["api"] == "/api/v1/"
+    for path in (index["docs"], index["health"], index["schema"]):
+        assert client.get(path).status_code == 200, path
+
+
 def test_healthz(client):
     response = client.get("/healthz")
     assert response.status_code == 200

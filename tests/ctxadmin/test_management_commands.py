@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from ctxadmin.models import ApiKey, App
+from ctxadmin.operators import OPERATOR_GROUPS
 
 
 def run(*args) -> tuple[str, str]:
@@ -61,7 +62,10 @@ def test_bootstrap_demo_only_on_an_empty_database():
     out, _ = run("bootstrap_demo", "--base-url", "http://127.0.0.1:9999")
     assert "password" in out and "ctx_" in out
     assert App.objects.get().name == "demo"
-    assert get_user_model().objects.get().is_superuser
+    operator = get_user_model().objects.get()
+    assert operator.is_staff and not operator.is_superuser
+    assert sorted(operator.groups.values_list("name", flat=True)) == sorted(OPERATOR_GROUPS)
+    assert operator.has_perm("ctxadmin.view_content") and operator.has_perm("ctxadmin.add_apikey")
     again, _ = run("bootstrap_demo")
     assert "ctx_" not in again
     assert ApiKey.objects.count() == 1
@@ -71,3 +75,18 @@ def test_bootstrap_demo_only_on_an_empty_database():
 def test_probe_workers_reports_the_round_trip(celery_worker_process):
     out, _ = run("probe_workers", "--timeout", "30")
     assert "completed by" in out
+
+
+@pytest.mark.django_db
+def test_create_operator_makes_a_staff_account_in_the_groups_named():
+    out, _ = run("create_operator", "dana", "--group", "diagnostics viewer")
+    assert "created operator dana in diagnostics viewer" in out
+    dana = get_user_model().objects.get(username="dana")
+    assert dana.is_staff and not dana.is_superuser
+    assert not dana.has_perm("ctxadmin.view_content")
+    password = out.split("password: ")[1].strip()
+    assert dana.check_password(password)
+    with pytest.raises(CommandError, match="exists"):
+        run("create_operator", "dana", "--group", "content viewer")
+    with pytest.raises(CommandError):
+        run("create_operator", "erin", "--group", "root")

@@ -169,9 +169,16 @@ class TestUserErasure:
         assert api.get(f"{url()}/erasure-epoch").json() == {"erasure_epoch": 1}
         assert api.get(f"{url(user='bob')}/erasure-epoch").json() == {"erasure_epoch": 0}
 
+        # A retried erasure finds nothing left: 200 and a receipt of zero counts, the epoch
+        # where the erasure left it.
         again = erase_user(api)
-        assert again.status_code == 404 and again.json()["error"]["code"] == "not_found"
+        assert again.status_code == 200, again.content
+        assert again.json()["counts"] == {"entries": 0, "queued_work": 0, "consent_records": 0}
+        assert again.json()["erasure_epoch"] == 1
         assert api.get(f"{url()}/erasure-epoch").json() == {"erasure_epoch": 1}
+        assert ErasureReceipt.objects.filter(kind="user").count() == 2
+        never = erase_user(api, user="nobody-ever")
+        assert never.status_code == 200 and never.json()["erasure_epoch"] == 0
 
     def test_entry_deletion_keeps_a_receipt(self, api, owner):
         entry = add(api, content="one thing")

@@ -103,6 +103,10 @@ def test_a_memory_search_token_searches_and_can_do_nothing_else(acme):
     for answer in denied:
         assert answer.status_code == 403, answer.request["PATH_INFO"]
         assert answer.json()["error"]["code"] == "capability_denied"
+        # The message names what was missing.
+        needed = answer.json()["error"]["details"]["needed"]
+        message = answer.json()["error"]["message"]
+        assert (repr(needed) in message) if needed else ("use an API key" in message)
     identity = tool.get("/api/v1/apps/acme/tool-token")
     assert identity.status_code == 200
     check("ToolTokenInfo", identity.json())

@@ -27,6 +27,20 @@ def test_the_app_and_its_keys(client, app):
     assert client.get_api_key(app.name, mine["prefix"])["scopes"] == mine["scopes"]
 
 
+def test_keys_are_created_and_rotated_through_the_api(app):
+    with Client(app.base_url, app.key) as admin:
+        made = admin.create_api_key(app.name, ["sessions"], name="worker")
+        assert made["scopes"] == ["sessions"] and made["key"].startswith("ctx_")
+        rotated = admin.rotate_api_key(app.name, made["prefix"])
+        assert rotated["name"] == "worker" and rotated["prefix"] != made["prefix"]
+    with Client(app.base_url, rotated["key"]) as fresh, Client(app.base_url, made["key"]) as old:
+        assert fresh.get_key(app.name)["prefix"] == rotated["prefix"]
+        with pytest.raises(AuthenticationError):
+            old.get_key(app.name)
+    with Client(app.base_url, app.key) as admin, pytest.raises(ValidationError):
+        admin.create_api_key(app.name, ["root"])
+
+
 def test_a_revoked_key_is_an_authentication_error(app, make_key):
     spare = make_key(app.name, ["sessions"])
     with Client(app.base_url, app.key) as admin, Client(app.base_url, spare) as victim:

@@ -34,6 +34,23 @@ def test_a_memory_is_added_found_and_deleted(client, app, user):
         client.get_memory(app.name, user, added["id"])
 
 
+def test_a_users_memories_are_listed_newest_first_and_filtered(client, app, user):
+    made = [
+        client.add_memory(app.name, user, f"note number {n}", metadata={"even": n % 2 == 0})["id"]
+        for n in range(5)
+    ]
+    listed = [entry["id"] for entry in client.list_memories(app.name, user, limit=2)]
+    assert listed == list(reversed(made))
+    even = client.list_memories(app.name, user, filter={"even": True})
+    assert [entry["content"] for entry in even] == [
+        "note number 4",
+        "note number 2",
+        "note number 0",
+    ]
+    with pytest.raises(ValidationError):
+        list(client.list_memories(app.name, user, filter={"even": {"$regex": "x"}}))
+
+
 def test_a_credential_in_memory_content_is_refused(client, app, user):
     with pytest.raises(ValidationError) as refused:
         client.add_memory(app.name, user, "my password is hunter2-very-secret")

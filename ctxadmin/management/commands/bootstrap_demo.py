@@ -1,10 +1,9 @@
-import secrets
-
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from ctxadmin.models import SCOPES, App
+from ctxadmin.operators import OPERATOR_GROUPS, create_operator
 from ctxadmin.services import create_api_key, create_app
 
 DEMO_APP = "demo"
@@ -28,8 +27,9 @@ class Command(BaseCommand):
                 return
             app = create_app(DEMO_APP, "Demo app")
             _key, raw = create_api_key(app, SCOPES, name="demo key")
-            password = secrets.token_urlsafe(12)
-            User.objects.create_superuser(OPERATOR, email="", password=password)
+            # A staff account in the operator groups, not a superuser: its content views are
+            # the content viewer group's, audit-logged and announced on the page.
+            _user, password = create_operator(OPERATOR, OPERATOR_GROUPS, manage_keys=True)
         # Printed once, here, and never logged or stored in clear.
         self.stdout.write(
             "\n".join(
@@ -41,6 +41,7 @@ class Command(BaseCommand):
                     f" Operator console : {base_url}/admin/",
                     f"   username       : {OPERATOR}",
                     f"   password       : {password}",
+                    f"   groups         : {', '.join(OPERATOR_GROUPS)}",
                     f" Demo app         : {DEMO_APP}",
                     f" API key          : {raw}",
                     " Try it:",

@@ -142,7 +142,11 @@ class Command(BaseCommand):
                     "--workers",
                     str(web_workers),
                 ),
-                {**child_env, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
+                {
+                    **child_env,
+                    "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+                    **_control_socket_env(run_dir),
+                },
             )
             self._wait_web(web_url, supervisor, stopping)
             if credentials.strip():
@@ -223,6 +227,19 @@ class Command(BaseCommand):
                 pass
             time.sleep(0.3)
         raise CommandError(f"the web server did not answer at {url} within 120 s")
+
+
+# A Unix socket's path holds at most 107 bytes on Linux.
+_MAX_SOCKET_PATH = 100
+
+
+def _control_socket_env(run_dir) -> dict[str, str]:
+    """gunicorn's control socket in this stack's own ``var/run/`` (none where that path is
+    too long for a socket), never the per-user path every instance would share."""
+    path = run_dir / "gunicorn.ctl"
+    if len(os.fsencode(str(path))) > _MAX_SOCKET_PATH:
+        return {}
+    return {"CTXADMIN_GUNICORN_CONTROL_SOCKET": str(path)}
 
 
 class _Stop(Exception):

@@ -30,6 +30,16 @@ class AppOperations(Runners[D, L, N, B]):
     def get_api_key(self, app: str, prefix: str) -> D:
         return self._one(Call("GET", path(app, "keys", prefix)))
 
+    def create_api_key(self, app: str, scopes: list[str], *, name: str | None = None) -> D:
+        """A new key of the app (``admin`` scope); its secret, ``key``, is in this answer only.
+        Not retried: a repeat would make a second key."""
+        return self._one(Call("POST", path(app, "keys"), json=body(scopes=list(scopes), name=name)))
+
+    def rotate_api_key(self, app: str, prefix: str) -> D:
+        """A new key with the old one's scopes and name; the old one is revoked at once. Not
+        retried: a repeat would find the old key revoked."""
+        return self._one(Call("POST", path(app, "keys", prefix, "rotate")))
+
     def revoke_api_key(self, app: str, prefix: str) -> N:
         return self._none(Call("DELETE", path(app, "keys", prefix)))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,22 @@ class MemoryOperations(Runners[D, L, N, B]):
                 idempotent=idempotency_key is not None,
             )
         )
+
+    def list_memories(
+        self,
+        app: str,
+        user_id: str,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+    ) -> L:
+        """The user's memories, newest first, across pages; ``filter`` as in
+        ``search_memory``. ``limit`` is the page size."""
+        params = query(
+            filter=json.dumps(filter, separators=(",", ":")) if filter is not None else None,
+            limit=limit,
+        )
+        return self._many(Call("GET", user_path(app, user_id, "memories"), params=params))
 
     def get_memory(self, app: str, user_id: str, memory_id: str) -> D:
         return self._one(Call("GET", user_path(app, user_id, "memories", memory_id)))

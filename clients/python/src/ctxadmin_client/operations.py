@@ -29,6 +29,8 @@ OPERATIONS: dict[str, Operation] = {
     "api_keys_list": Operation("GET", _APP + "/keys", ("list_keys",)),
     "api_key_get": Operation("GET", _APP + "/keys/{prefix}", ("get_api_key",)),
     "api_key_revoke": Operation("DELETE", _APP + "/keys/{prefix}", ("revoke_api_key",)),
+    "api_keys_create": Operation("POST", _APP + "/keys", ("create_api_key",)),
+    "api_key_rotate": Operation("POST", _APP + "/keys/{prefix}/rotate", ("rotate_api_key",)),
     # user tokens
     "user_tokens_mint": Operation("POST", _USER + "/tokens", ("mint_user_token",)),
     "user_tokens_list": Operation("GET", _USER + "/tokens", ("list_user_tokens",)),
@@ -105,6 +107,7 @@ OPERATIONS: dict[str, Operation] = {
     "memories_erase": Operation(
         "DELETE", _USER + "/memories", ("erase_session_memories", "erase_user_memories")
     ),
+    "memories_list": Operation("GET", _USER + "/memories", ("list_memories",)),
     "memories_get": Operation("GET", _USER + "/memories/{memory_id}", ("get_memory",)),
     "memories_delete": Operation("DELETE", _USER + "/memories/{memory_id}", ("delete_memory",)),
     "memories_search": Operation("POST", _USER + "/memories/search", ("search_memory",)),
