@@ -29,8 +29,9 @@ TOKEN = "tool-token"  # only a tool token (its identity)
 MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
     "api/v1/apps/<str:app>/": {"get": (D, None), "patch": (A, None)},
     "api/v1/apps/<str:app>/key": {"get": (NONE, None)},
-    "api/v1/apps/<str:app>/keys": {"get": (A, None)},
+    "api/v1/apps/<str:app>/keys": {"get": (A, None), "post": (A, None)},
     "api/v1/apps/<str:app>/keys/<str:prefix>": {"get": (A, None), "delete": (A, None)},
+    "api/v1/apps/<str:app>/keys/<str:prefix>/rotate": {"post": (A, None)},
     "api/v1/apps/<str:app>/sessions": {"get": (S, None)},
     "api/v1/apps/<str:app>/users/<str:user>/state": {"get": (S, "state_read")},
     "api/v1/apps/<str:app>/users/<str:user>/tokens": {"get": (DA, None), "post": (DA, None)},
@@ -73,6 +74,7 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
         "delete": (S, None),
     },
     "api/v1/apps/<str:app>/users/<str:user>/memories": {
+        "get": (M, "memory_search"),
         "post": (M, "memory_add"),
         "delete": (M, None),
     },
