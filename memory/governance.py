@@ -261,14 +261,17 @@ def purge_expired_batch(batch_size: int = PURGE_BATCH_SIZE) -> int:
     user under legal hold stay (invisible to reads) until that ends."""
     with connection.cursor() as cursor:
         cursor.execute(
+            # The batch is claimed once (MATERIALIZED): a subquery under IN may be scanned
+            # again while the DELETE runs, and a rescan skips the rows it already deleted
+            # and claims more, past the bound.
             f"""
-            DELETE FROM memory_memoryentry
-             WHERE id IN (
+            WITH batch AS MATERIALIZED (
                 SELECT e.id FROM memory_memoryentry e
                  WHERE {_PURGEABLE}
                  ORDER BY e.expires_at
                  LIMIT %s
                  FOR UPDATE OF e SKIP LOCKED)
+            DELETE FROM memory_memoryentry WHERE id IN (SELECT id FROM batch)
             """,  # noqa: S608 - a constant condition
             [batch_size],
         )

@@ -24,15 +24,16 @@ from memory.outbox.jobs import (
 
 logger = logging.getLogger("ctxadmin.outbox")
 
-# Ended jobs past the retention period, oldest first, through ``outbox_terminal``.
+# Ended jobs past the retention period, oldest first, through ``outbox_terminal``; the batch
+# is claimed once (a rescanned subquery under IN would claim more than the bound).
 PRUNE_SQL = f"""
-    DELETE FROM memory_outboxjob
-     WHERE id IN (
+    WITH batch AS MATERIALIZED (
         SELECT id FROM memory_outboxjob
          WHERE phase IN {TERMINAL_SQL} AND finished_at <= statement_timestamp() - %s
          ORDER BY finished_at
          LIMIT %s
          FOR UPDATE SKIP LOCKED)
+    DELETE FROM memory_outboxjob WHERE id IN (SELECT id FROM batch)
 """  # noqa: S608 - constant phases
 
 
