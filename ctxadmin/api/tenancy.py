@@ -54,8 +54,14 @@ class ApiKeyInfoSerializer(serializers.ModelSerializer):
 
 
 class ApiKeyCreateSerializer(StrictSerializer):
+    # The refusal names the choices, never the value sent (it may be long, or a credential).
     scopes = serializers.ListField(
-        child=serializers.ChoiceField(choices=SCOPES), allow_empty=False, max_length=len(SCOPES)
+        child=serializers.ChoiceField(
+            choices=SCOPES,
+            error_messages={"invalid_choice": f"is not a scope; choose from {', '.join(SCOPES)}"},
+        ),
+        allow_empty=False,
+        max_length=len(SCOPES),
     )
     name = StrictCharField(max_length=100, allow_blank=True, required=False)
 
