@@ -166,6 +166,7 @@ BEAT_SCHEDULE: dict[str, dict] = {
     "prune-outbox": {"task": "memory.prune_outbox", "schedule": 300.0},
     # Its schedule is CTXADMIN_CACHE_CLEANUP_SECONDS.
     "cache-cleanup": {"task": "caching.cleanup", "schedule": 30.0},
+    "flush-mcp-counts": {"task": "ctxadmin.flush_mcp_counts", "schedule": 60.0},
 }
 app.conf.beat_schedule = BEAT_SCHEDULE
 

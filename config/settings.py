@@ -148,11 +148,15 @@ CTXADMIN_SESSION_EVENTS_MAX = env.int("CTXADMIN_SESSION_EVENTS_MAX", 10000, mini
 CTXADMIN_MAX_CONTEXT_BYTES = env.int(
     "CTXADMIN_MAX_CONTEXT_BYTES", 16 * 1024 * 1024, minimum=1024, maximum=256 * 1024 * 1024
 )
-# MCP at /mcp: the largest request body, and tool calls per credential a minute (per process).
+# MCP at /mcp: the largest request body, tool calls per credential a minute (shared by every
+# web process through Redis), and how long the console keeps its hourly call counts.
 CTXADMIN_MCP_MAX_REQUEST_BYTES = env.int(
     "CTXADMIN_MCP_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024, maximum=64 * 1024 * 1024
 )
 CTXADMIN_MCP_CALLS_PER_MINUTE = env.int("CTXADMIN_MCP_CALLS_PER_MINUTE", 600, minimum=1)
+CTXADMIN_MCP_COUNT_RETENTION_DAYS = env.int(
+    "CTXADMIN_MCP_COUNT_RETENTION_DAYS", 30, minimum=1, maximum=3650
+)
 # Long-term memory.
 CTXADMIN_MEMORY_MAX_CONTENT_BYTES = env.int(
     "CTXADMIN_MEMORY_MAX_CONTENT_BYTES", 32 * 1024, minimum=256, maximum=1024 * 1024
@@ -446,5 +450,7 @@ LOGGING = {
         # httpx logs every request's full URL at INFO; a provider URL may carry a token.
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
+        # The MCP SDK logs each request's type and end at INFO; ctxadmin.mcp logs each call.
+        "mcp": {"level": "WARNING"},
     },
 }

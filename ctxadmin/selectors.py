@@ -21,9 +21,16 @@ def app_summary(app: App) -> dict:
 
 
 def mcp_calls_since(since) -> int:
-    """MCP tool calls of every app since ``since`` (an hour's start), from the hourly counts."""
+    """MCP tool calls of every app since ``since`` (an hour's start): the hourly counts in
+    PostgreSQL and those not yet moved there from Redis."""
     from django.db.models import Sum
 
+    from ctxadmin import mcp_calls
     from ctxadmin.models import McpCallCount
 
-    return McpCallCount.objects.filter(hour__gte=since).aggregate(n=Sum("calls"))["n"] or 0
+    stored = McpCallCount.objects.filter(hour__gte=since).aggregate(n=Sum("calls"))["n"] or 0
+    start = since.timestamp()
+    recent = {key: n for key, n in mcp_calls.pending().items() if key[1] >= start}
+    named = {app for app, _hour in recent}
+    apps = set(App.objects.filter(pk__in=named).values_list("pk", flat=True))
+    return stored + sum(n for (app, _hour), n in recent.items() if app in apps)

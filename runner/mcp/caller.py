@@ -3,9 +3,6 @@ credential (its capabilities decide them, bound to its user and session)."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import deque
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -62,29 +59,3 @@ def authenticate(environ: dict) -> Caller | None:
         user_id=credential.bound_user_id,
         session_id=credential.bound_session_id,
     )
-
-
-class RateLimiter:
-    """At most ``limit`` calls per credential in any ``window`` seconds, per web process
-    (a sliding log; memory is bounded by the limit times the credentials seen)."""
-
-    def __init__(self, limit: int, window: float = 60.0) -> None:
-        self.limit = limit
-        self.window = window
-        self._calls: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def retry_after(self, prefix: str) -> float | None:
-        """None when a call is allowed now (and counts it), else the seconds to wait."""
-        now = time.monotonic()
-        with self._lock:
-            calls = self._calls.setdefault(prefix, deque())
-            while calls and calls[0] <= now - self.window:
-                calls.popleft()
-            if len(calls) >= self.limit:
-                return max(0.0, calls[0] + self.window - now)
-            calls.append(now)
-            if len(self._calls) > 10_000:  # forget idle credentials
-                for key in [k for k, v in self._calls.items() if not v]:
-                    del self._calls[key]
-            return None

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import close_old_connections
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 from mcp import types
@@ -23,13 +23,14 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from prometheus_client import Counter, Histogram
 
+from ctxadmin import mcp_calls
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
 from ctxadmin.pruning import echoed
 from memory import entries
 from runner.mcp import tools as mcp_tools
-from runner.mcp.caller import ENVIRON_KEY, Caller, RateLimiter
+from runner.mcp.caller import ENVIRON_KEY, Caller
 
 logger = logging.getLogger("ctxadmin.mcp")
 
@@ -46,23 +47,6 @@ MEMORY_RESOURCE_LIMIT = 100
 _VALIDATORS = {tool.name: Draft202012Validator(tool.input_schema) for tool in mcp_tools.TOOLS}
 _CONTEXT_URI = re.compile(r"^ctxadmin://users/([^/]+)/sessions/([^/]+)/context\Z")
 _MEMORY_URI = re.compile(r"^ctxadmin://users/([^/]+)/memories\Z")
-
-limiter = RateLimiter(settings.CTXADMIN_MCP_CALLS_PER_MINUTE)
-_COUNT_CALL = (
-    "INSERT INTO ctxadmin_mcpcallcount (app_id, hour, calls) "
-    "VALUES (%s, date_trunc('hour', now()), 1) "
-    "ON CONFLICT (app_id, hour) DO UPDATE SET calls = ctxadmin_mcpcallcount.calls + 1"
-)
-
-
-def _count_call(caller: Caller) -> None:
-    """The console's hourly count (a failure to count never fails the call)."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(_COUNT_CALL, [caller.app.pk])
-    except DatabaseError:
-        logger.warning("mcp call not counted", extra={"app": caller.app.name})
-
 
 def _caller() -> Caller:
     request = server.request_context.request
@@ -113,16 +97,17 @@ def run_call(caller: Caller, name: str, arguments: dict | None) -> types.CallToo
     outcome = "ok"
     close_old_connections()
     try:
-        if tool is None or not caller.may(tool.scope, tool.capability):
-            raise _denied()
-        wait = limiter.retry_after(caller.prefix)
+        limit = settings.CTXADMIN_MCP_CALLS_PER_MINUTE
+        wait = mcp_calls.admit(caller.app.pk, caller.prefix, limit)
         if wait is not None:
             raise ServiceError(
                 "rate_limited",
-                f"At most {limiter.limit} MCP calls a minute per credential; retry later.",
+                f"At most {limit} MCP calls a minute per credential; retry in {wait:.1f} s.",
                 status_code=429,
                 details={"retry_after_s": round(wait, 1)},
             )
+        if tool is None or not caller.may(tool.scope, tool.capability):
+            raise _denied()
         args = arguments if arguments is not None else {}
         error = best_match(_VALIDATORS[tool.name].iter_errors(args))
         if error is not None:
@@ -143,7 +128,6 @@ def run_call(caller: Caller, name: str, arguments: dict | None) -> types.CallToo
         logger.exception("mcp call failed", extra={"tool": label, "app": caller.app.name})
         return _error(ServiceError("internal_error", "The tool could not complete.", 500))
     finally:
-        _count_call(caller)
         close_old_connections()
         elapsed = time.perf_counter() - started
         MCP_CALLS.labels(label, outcome).inc()

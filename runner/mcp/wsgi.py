@@ -32,6 +32,19 @@ def _envelope(start_response, status: str, code: str, message: str, headers=()) 
     return [body]
 
 
+def _too_large(start_response, limit: int) -> list[bytes]:
+    return _envelope(
+        start_response,
+        "413 Request Entity Too Large",
+        "request_too_large",
+        f"An MCP request body is at most {limit} bytes.",
+    )
+
+
+def _chunked(environ) -> bool:
+    return "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+
+
 class McpDispatcher:
     """WSGI: ``/mcp`` to the MCP server, everything else to ``app``."""
 
@@ -57,12 +70,7 @@ class McpDispatcher:
         except ValueError:
             length = -1
         if length < 0 or length > limit:
-            return _envelope(
-                start_response,
-                "413 Request Entity Too Large",
-                "request_too_large",
-                f"An MCP request body is at most {limit} bytes.",
-            )
+            return _too_large(start_response, limit)
         # Django checks the Host header of its own requests; /mcp does the same.
         domain, _port = split_domain_port(
             environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
@@ -87,7 +95,13 @@ class McpDispatcher:
                 "Authentication credentials were not provided or are not valid.",
                 [("WWW-Authenticate", 'Bearer realm="ctxadmin"')],
             )
-        body = environ["wsgi.input"].read(length) if length else b""
+        if _chunked(environ):
+            # No length given: read at most one byte past the limit (the server dechunks).
+            body = environ["wsgi.input"].read(limit + 1)
+            if len(body) > limit:
+                return _too_large(start_response, limit)
+        else:
+            body = environ["wsgi.input"].read(length) if length else b""
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
         environ[ENVIRON_KEY] = caller

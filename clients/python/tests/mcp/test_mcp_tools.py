@@ -236,6 +236,27 @@ def test_an_oversized_request_is_refused(make_app):
     assert answer.json()["error"]["code"] == "request_too_large"
 
 
+def test_a_chunked_request_is_read_and_bounded(make_app):
+    app = make_app()
+    headers = {**ACCEPT, "Authorization": f"Bearer {app.key}", "Content-Type": "application/json"}
+    message = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).encode()
+
+    def chunks(body: bytes, size: int = 7):
+        for start in range(0, len(body), size):
+            yield body[start : start + size]
+
+    # No Content-Length: the body arrives in chunks and is read whole.
+    listed = httpx.post(mcp_url(app), content=chunks(message), headers=headers)
+    assert listed.status_code == 200, listed.text
+    assert "memory_search" in {tool["name"] for tool in listed.json()["result"]["tools"]}
+
+    oversized = httpx.post(
+        mcp_url(app), content=chunks(b" " * (2 * 1024 * 1024), 64 * 1024), headers=headers
+    )
+    assert oversized.status_code == 413
+    assert oversized.json()["error"]["code"] == "request_too_large"
+
+
 def test_a_memory_search_user_token_lists_and_calls_only_memory_search(make_app):
     from ctxadmin_client import Client
 
