@@ -165,24 +165,37 @@ def read_resource_sync(caller: Caller, uri: str) -> str:
 server: Server[Any, Any] = Server("ctxadmin", instructions="ctxadmin memory and context tools.")
 
 
-@server.list_tools()
-async def list_tools() -> list[types.Tool]:
-    return [
-        types.Tool(
-            name=tool.name,
-            description=tool.description,
-            inputSchema=tool.input_schema,
-            annotations=types.ToolAnnotations(
-                readOnlyHint=tool.read_only, destructiveHint=tool.name.endswith(("delete", "user"))
-            ),
-        )
-        for tool in mcp_tools.visible(_caller())
-    ]
+# Each tool's MCP description, built once.
+_DESCRIBED = {
+    tool.name: types.Tool(
+        name=tool.name,
+        description=tool.description,
+        inputSchema=tool.input_schema,
+        annotations=types.ToolAnnotations(
+            readOnlyHint=tool.read_only, destructiveHint=tool.name.endswith(("delete", "user"))
+        ),
+    )
+    for tool in mcp_tools.TOOLS
+}
 
 
-@server.call_tool(validate_input=False)
-async def call_tool(name: str, arguments: dict) -> types.CallToolResult:
-    return await anyio.to_thread.run_sync(run_call, _caller(), name, arguments)
+# The two tool requests are answered by handlers of our own rather than through the SDK's
+# decorators: those keep one process-wide cache of "the" tool list, which here depends on the
+# caller (a call after another caller's listing would list the tools again, and a refused
+# name would be logged), and they would validate arguments that ``run_call`` validates.
+async def _list_tools(_request: types.ListToolsRequest) -> types.ServerResult:
+    tools = [_DESCRIBED[tool.name] for tool in mcp_tools.visible(_caller())]
+    return types.ServerResult(types.ListToolsResult(tools=tools))
+
+
+async def _call_tool(request: types.CallToolRequest) -> types.ServerResult:
+    params = request.params
+    result = await anyio.to_thread.run_sync(run_call, _caller(), params.name, params.arguments)
+    return types.ServerResult(result)
+
+
+server.request_handlers[types.ListToolsRequest] = _list_tools
+server.request_handlers[types.CallToolRequest] = _call_tool
 
 
 @server.list_resources()
