@@ -23,7 +23,7 @@ test("src/schema.ts is generated from docs/openapi.yaml as committed", () => {
     const committed = readFileSync(join(root, "src", "schema.ts"), "utf8");
     assert.ok(
       readFileSync(generated, "utf8") === committed,
-      "src/schema.ts differs from the types of docs/openapi.yaml: run `npm run generate` in clients/typescript",
+      "src/schema.ts differs from the types of docs/openapi.yaml: run `make schema` (or `npm run generate` in clients/typescript)",
     );
   } finally {
     rmSync(scratch, { recursive: true, force: true });
