@@ -54,10 +54,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-## Regenerate the committed OpenAPI snapshot (docs/openapi.yaml).
+## Regenerate the committed OpenAPI snapshot (docs/openapi.yaml) and the TypeScript client's
+## types generated from it (clients/typescript/src/schema.ts; needs Node 20+ and npm).
 schema: $(STAMP)
 	SECRET_KEY=$${SECRET_KEY:-openapi-schema-generation-only-not-a-deployment-key} \
 		$(BIN)/python manage.py spectacular --file docs/openapi.yaml --validate --fail-on-warn
+	cd clients/typescript && npm ci --prefer-offline --no-audit --no-fund --silent && npm run --silent generate
 
 ## Remove the embedded database and all local state (asks no question: use with care).
 clean-var:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from caching.acquire import BYPASS_REASONS
 from caching.inputs import MAX_TIMEOUT_MS
 from caching.keys import FAILURE_MODES, MAX_CONTENTS, MAX_LABELS, MAX_TOOLS, MIN_TTL_MS
+from ctxadmin.api.schema import exactly_one_of
 
 
 def _strict(properties: dict, required: list[str] | None = None) -> dict:
@@ -133,7 +134,7 @@ COMPONENTS = {
         "additionalProperties": False,
         "properties": {"scope": _ref("CacheScope"), "scope_fingerprint": _FINGERPRINT},
         "description": "exactly one of scope and scope_fingerprint",
-        "oneOf": [{"required": ["scope"]}, {"required": ["scope_fingerprint"]}],
+        **exactly_one_of("scope", "scope_fingerprint"),
     },
     "CacheInvalidated": _strict(
         {

@@ -102,6 +102,20 @@ def strict(properties: dict, required: list[str] | None = None, **extra) -> dict
     return schema
 
 
+def exactly_one_of(first: str, second: str) -> dict:
+    """Of an object's properties ``first`` and ``second``, exactly one is present: neither
+    both nor none. Stated under ``not`` (not as a top-level ``oneOf``), so that client
+    generators keep the object one type rather than a union of partial ones."""
+    return {
+        "not": {
+            "anyOf": [
+                {"required": [first, second]},
+                {"not": {"anyOf": [{"required": [first]}, {"required": [second]}]}},
+            ]
+        }
+    }
+
+
 def page(item: str) -> dict:
     """A cursor page of ``item``s."""
     return strict(

@@ -9,7 +9,7 @@ responses against them so the two cannot drift apart.
 from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
-from ctxadmin.api.schema import OBJECT, page, ref, strict
+from ctxadmin.api.schema import OBJECT, exactly_one_of, page, ref, strict
 from sessions_app.adk_shapes import ADK_VERSION, MODELS
 from sessions_app.compaction.policy import LIMITS as POLICY_LIMITS
 from sessions_app.compaction.policy import NULLABLE as _NULLABLE_POLICY_FIELDS
@@ -196,7 +196,7 @@ COMPONENTS = {
             "content": {**ref("Content"), "nullable": True},
             "partial": {"type": "boolean"},
             "turn_complete": {"type": "boolean", "nullable": True},
-            "actions": OBJECT,
+            "actions": ref("StoredEventActions"),
             "timestamp": {"type": "string", "format": "date-time"},
             "usage_metadata": {**OBJECT, "nullable": True},
             "custom_metadata": {**OBJECT, "nullable": True},
@@ -219,7 +219,9 @@ COMPONENTS = {
             }
         ),
         "description": "Exactly one of `event` or `events` (at most CTXADMIN_MAX_BATCH_EVENTS).",
-        "oneOf": [{"required": ["event"]}, {"required": ["events"]}],
+        # Neither both nor none: stated under `not` so that client generators, which read
+        # a top-level oneOf as a union of types, keep this one object type.
+        **exactly_one_of("event", "events"),
     },
     "AppendResponse": strict(
         {
@@ -266,12 +268,20 @@ COMPONENTS = {
             "event_count": {"type": "integer"},
             "created_at": {"type": "string", "format": "date-time"},
             "updated_at": {"type": "string", "format": "date-time"},
-            "state": OBJECT,
+            "state": ref("MergedState"),
             "events": {"type": "array", "items": ref("Event")},
             "events_complete": {"type": "boolean"},
         },
         ["session_id", "user_id", "app", "revision", "state", "events"],
     ),
+    "StoredEventActions": {
+        **OBJECT,
+        "description": "The event's actions as stored: what EventActions accepted, as sent.",
+    },
+    "MergedState": {
+        **OBJECT,
+        "description": "The session's keys merged with its user: and app: state.",
+    },
     "SessionPage": page("SessionSummary"),
     "EventPage": page("Event"),
     "UserState": strict(
