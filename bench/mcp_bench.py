@@ -3,7 +3,7 @@
 The same lexical search of one user's memories, on one kept-alive connection each: through
 the REST API (``POST …/memories/search`` with ``httpx.AsyncClient``) and as an MCP tool call
 (the official ``mcp`` client's streamable HTTP session, initialised once). The difference at
-p50 is what MCP adds: the a2wsgi bridge, the SDK's JSON-RPC handling and the worker thread
+p50 is what MCP adds: the WSGI-to-ASGI bridge, the SDK's JSON-RPC handling and the worker thread
 hop. Target: at most 3 ms at p50.
 
 ``make bench`` runs it against its service; alone, ``python -m bench.mcp_bench`` starts a

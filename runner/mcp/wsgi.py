@@ -1,19 +1,23 @@
 """``/mcp`` beside Django in the same WSGI process.
 
-The web process stays gunicorn's WSGI: the SDK's ASGI transport is bridged with ``a2wsgi``
-(its own event loop thread, started on the first MCP request of each worker, so forking is
-safe). Before the SDK reads anything, this layer bounds the body and authenticates with the
-REST API's own code: a missing, unknown or revoked credential is a 401 envelope (and a Host
-header outside ``ALLOWED_HOSTS`` a 400, as for Django's own requests).
+The web process stays gunicorn's WSGI. Before the SDK reads anything, this layer bounds the
+body and authenticates with the REST API's own code: a missing, unknown or revoked credential
+is a 401 envelope (and a Host header outside ``ALLOWED_HOSTS`` a 400, as for Django's own
+requests). The SDK's ASGI transport then answers on an event loop of the WSGI thread's own
+(``ThreadLoopBridge``): in stateless JSON mode a request is one body in and one body out, so
+the loop runs exactly while its request is served, with no hand-over between threads (a
+bridge with a shared loop thread cost about 1.3 ms a request in hand-overs).
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import threading
+from collections.abc import Callable
+from http import HTTPStatus
 
-from a2wsgi import ASGIMiddleware
 from django.conf import settings
 from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
@@ -45,20 +49,100 @@ def _chunked(environ) -> bool:
     return "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
 
 
+def asgi_scope(environ: dict) -> dict:
+    """The ASGI HTTP scope of a WSGI request (the environ travels along for the handlers)."""
+    headers = [
+        (key[5:].lower().replace("_", "-").encode("latin-1"), value.encode("latin-1"))
+        for key, value in environ.items()
+        if key.startswith("HTTP_") and key not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH")
+    ]
+    for key, name in (("CONTENT_TYPE", b"content-type"), ("CONTENT_LENGTH", b"content-length")):
+        if environ.get(key):
+            headers.append((name, environ[key].encode("latin-1")))
+    root = environ.get("SCRIPT_NAME", "").encode("latin-1").decode("utf-8")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": environ.get("SERVER_PROTOCOL", "HTTP/1.1").partition("/")[2] or "1.1",
+        "method": environ["REQUEST_METHOD"],
+        "scheme": environ.get("wsgi.url_scheme", "http"),
+        "path": root + environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8"),
+        "raw_path": None,
+        "query_string": environ.get("QUERY_STRING", "").encode("latin-1"),
+        "root_path": root,
+        "headers": headers,
+        "server": (environ.get("SERVER_NAME", ""), int(environ.get("SERVER_PORT") or 0)),
+        "wsgi_environ": environ,
+    }
+    if environ.get("REMOTE_ADDR"):
+        scope["client"] = (environ["REMOTE_ADDR"], int(environ.get("REMOTE_PORT") or 0))
+    return scope
+
+
+class ThreadLoopBridge:
+    """WSGI to an ASGI app that answers each request with one body: the app runs on an event
+    loop owned by the calling thread (made on its first request, after any fork), with an app
+    instance of that loop's own."""
+
+    def __init__(self, make_app: Callable[[], Callable]) -> None:
+        self.make_app = make_app
+        self._local = threading.local()
+
+    def __call__(self, environ, start_response):
+        local = self._local
+        if getattr(local, "loop", None) is None:
+            local.loop = asyncio.new_event_loop()
+            local.app = self.make_app()
+        body = environ["wsgi.input"].read()
+        received = False
+        answer: dict = {"status": 500, "headers": [], "body": []}
+
+        async def receive() -> dict:
+            nonlocal received
+            if not received:
+                received = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.disconnect"}  # the request is over once answered
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                answer["status"] = message["status"]
+                answer["headers"] = message.get("headers", [])
+            elif message["type"] == "http.response.body":
+                answer["body"].append(message.get("body", b""))
+
+        loop = local.loop
+        loop.run_until_complete(local.app(asgi_scope(environ), receive, send))
+        # Let what the request left (its server task closing) finish before the loop stops.
+        loop.run_until_complete(asyncio.sleep(0))
+        content = b"".join(answer["body"])
+        status = answer["status"]
+        reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in answer["headers"]
+            if name.lower() != b"content-length"
+        ]
+        start_response(
+            f"{status} {reason}".strip(), [*headers, ("Content-Length", str(len(content)))]
+        )
+        return [content]
+
+
 class McpDispatcher:
     """WSGI: ``/mcp`` to the MCP server, everything else to ``app``."""
 
     def __init__(self, app) -> None:
         self.app = app
-        self._bridge: ASGIMiddleware | None = None
+        self._bridge: ThreadLoopBridge | None = None
         self._lock = threading.Lock()
 
-    def bridge(self) -> ASGIMiddleware:
+    def bridge(self) -> ThreadLoopBridge:
         with self._lock:
             if self._bridge is None:
                 from runner.mcp.server import McpAsgi  # the SDK loads on first use
 
-                self._bridge = ASGIMiddleware(McpAsgi())
+                self._bridge = ThreadLoopBridge(McpAsgi)
             return self._bridge
 
     def __call__(self, environ, start_response):
@@ -94,6 +178,16 @@ class McpDispatcher:
                 "not_authenticated",
                 "Authentication credentials were not provided or are not valid.",
                 [("WWW-Authenticate", 'Bearer realm="ctxadmin"')],
+            )
+        if environ.get("REQUEST_METHOD") == "GET":
+            # Stateless: no stream of server-initiated messages to open (as the protocol
+            # allows, 405); a GET would otherwise hold a web thread for as long as it lasts.
+            return _envelope(
+                start_response,
+                "405 Method Not Allowed",
+                "method_not_allowed",
+                "This MCP endpoint takes POST requests only (stateless: no event stream).",
+                [("Allow", "POST, DELETE")],
             )
         if _chunked(environ):
             # No length given: read at most one byte past the limit (the server dechunks).

@@ -257,6 +257,20 @@ def test_a_chunked_request_is_read_and_bounded(make_app):
     assert oversized.json()["error"]["code"] == "request_too_large"
 
 
+def test_a_get_opens_no_stream_and_holds_no_thread(make_app):
+    app = make_app()
+    answer = httpx.get(
+        mcp_url(app),
+        headers={"Accept": "text/event-stream", "Authorization": f"Bearer {app.key}"},
+        timeout=10,
+    )
+    assert answer.status_code == 405
+    assert answer.headers["Allow"] == "POST, DELETE"
+    assert answer.json()["error"]["code"] == "method_not_allowed"
+    # Without a credential it is still a 401 first.
+    assert httpx.get(mcp_url(app), headers={"Accept": "text/event-stream"}).status_code == 401
+
+
 def test_a_memory_search_user_token_lists_and_calls_only_memory_search(make_app):
     from ctxadmin_client import Client
 
