@@ -148,6 +148,7 @@ async def _side_by_side(app, operations: list[tuple], limit: int | None) -> None
             client=client,
             session_settings={"limit": limit},
         )
+        ours.read_window = 1  # reads of the newest items start small and grow
         try:
             for step, operation in enumerate(operations):
                 expected = await _apply(reference, operation)
@@ -350,6 +351,9 @@ async def test_run_compaction_reads_ctxadmins_summary_in_place_of_the_covered_it
     )
     assert retained == exchanges[-len(retained) :] and len(retained) < len(exchanges)
     assert await session.get_items(len(retained)) == retained
+    session.read_window = 1  # the newest events read first hold no summary: it reads back
+    assert await session.get_items(len(items)) == items
+    assert await session.get_items(len(items) + 5) == items
     everything = make_session(session.session_id, session.user_id, compacted_history=False)
     assert await everything.get_items() == exchanges
     # The newest stored item pops, whatever summary stands before it.

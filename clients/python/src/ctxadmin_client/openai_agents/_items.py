@@ -196,10 +196,6 @@ class Entry:
     invocation_id: str | None
 
 
-class Unresolved(Exception):
-    """A rewind names an invocation that lies before the events read: read more."""
-
-
 def _is_item(event: Mapping[str, Any]) -> bool:
     marker = (event.get("custom_metadata") or {}).get(MARK)
     return marker == ITEM and isinstance(event.get("output"), dict)
@@ -223,18 +219,19 @@ def _summary(event: Mapping[str, Any]) -> tuple[float, dict] | None:
 def history(events: Sequence[Mapping[str, Any]], *, complete: bool, summaries: bool) -> list[Entry]:
     """The items the events (oldest first) hold after their rewinds; with ``summaries``,
     each ctxadmin compaction summary stands, as its text, where the span it covers ends
-    (after the items up to its end time). ``complete``: the events are the whole session
-    (else a rewind of an invocation before them raises :class:`Unresolved`)."""
+    (after the items up to its end time). ``complete``: the events are the whole session;
+    else they are its newest, and a rewind of an invocation that began before them hides
+    every item before it (they all came after that invocation began)."""
     entries: list[tuple[float, Entry]] = []
     found: list[tuple[float, dict]] = []
     for event in events:
         rewind = (event.get("actions") or {}).get("rewind_before_invocation_id")
         if rewind:
             first = next((i for i, (_, e) in enumerate(entries) if e.invocation_id == rewind), None)
-            if first is None and not complete:
-                raise Unresolved(rewind)
             if first is not None:
                 del entries[first:]
+            elif not complete:
+                entries.clear()
             continue
         if _is_item(event):
             stamp = seconds(event["timestamp"]) if event.get("timestamp") else math.inf

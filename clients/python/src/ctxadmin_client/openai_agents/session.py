@@ -34,6 +34,16 @@ from ctxadmin_client.openai_agents import _items
 NOTHING_TO_COMPACT = frozenset({"nothing_to_compact", "ineffective_compaction"})
 
 
+def _enough(entries: list[_items.Entry], newest: int) -> bool:
+    """Whether the history read from the newest events holds its last ``newest`` entries:
+    as many, and no summary among them before the first stored item read (a summary whose
+    covered span ends before the events read stands before items not read yet)."""
+    first_item = next(
+        (i for i, entry in enumerate(entries) if entry.event_id is not None), len(entries)
+    )
+    return len(entries) >= newest and first_item <= len(entries) - newest
+
+
 class CtxAdminSession(SessionABC):
     """An OpenAI Agents SDK session stored in ctxadmin.
 
@@ -49,6 +59,9 @@ class CtxAdminSession(SessionABC):
     batch_size = 500
     #: The events read per page of a whole session.
     page_size = 200
+    #: The fewest newest events a read of the newest items asks for (it asks for twice the
+    #: items wanted, and twice as many again while rewinds leave too few).
+    read_window = 8
     #: How often a ``pop_item`` that lost a race reads again before giving up.
     pop_attempts = 32
 
@@ -108,7 +121,7 @@ class CtxAdminSession(SessionABC):
     async def _read(self, newest: int | None) -> tuple[list[_items.Entry], int | None]:
         """The session's history (its last ``newest`` entries, or all) and the revision it
         was read at (``None``: no such session)."""
-        window = None if newest is None else max(2 * newest, 8)
+        window = None if newest is None else max(2 * newest, self.read_window)
         hidden = False if self.compacted_history else None
         while True:
             try:
@@ -125,14 +138,8 @@ class CtxAdminSession(SessionABC):
                 if window is None or len(events) < window:
                     # Longer than one read returns: read it all, by pages.
                     events, complete = await self._all_events(), True
-            try:
-                entries = _items.history(
-                    events, complete=complete, summaries=self.compacted_history
-                )
-            except _items.Unresolved:
-                window *= 2
-                continue
-            if newest is not None and len(entries) < newest and not complete:
+            entries = _items.history(events, complete=complete, summaries=self.compacted_history)
+            if newest is not None and not complete and not _enough(entries, newest):
                 window *= 2
                 continue
             self._names.update(_items.call_names(entry.item for entry in entries))

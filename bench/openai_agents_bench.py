@@ -1,0 +1,223 @@
+"""The OpenAI Agents SDK's session protocol on ctxadmin, beside the SDK's own backends.
+
+``CtxAdminSession`` (``ctxadmin_client.openai_agents``, over HTTP to the service) and the
+SDK's ``SQLAlchemySession`` (asyncpg, in process, on the same PostgreSQL server, a database
+of its own) run the same calls in one event loop: ``add_items`` of one item and of a turn's
+four items, ``get_items`` of a whole session and of its newest 20 items, and ``pop_item``.
+The SDK's ``SQLiteSession`` on a file runs them too, as the SDK's default. Each figure is
+the p50 milliseconds per call; the ratio is ctxadmin / SQLAlchemy (above 1: ctxadmin is
+slower by that factor).
+
+``make bench`` runs it against its service; alone, ``python -m bench.openai_agents_bench``
+starts a service of its own (in ``var/bench-openai-agents``) and rewrites the "OpenAI
+Agents SDK session" section of ``bench/BENCHMARKS.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.machine import machine, postgres_version
+from bench.sections import REPORT, splice
+from bench.service import bench_client, bench_service, stop_service
+from ctxadmin import stack
+
+SECTION = "## OpenAI Agents SDK session"
+PEER_DB = "openai_agents_bench"
+#: Items in the session the reads read (50 turns of four items).
+HISTORY = 200
+REPS = 60
+NEWEST = 20
+
+
+def _turn(n: int) -> list[dict[str, Any]]:
+    """One turn as the SDK's Runner stores it: the user's message, a tool call, its output
+    and the answer."""
+    return [
+        {"role": "user", "content": f"Question {n}: what is the status of order {n}?"},
+        {
+            "type": "function_call",
+            "call_id": f"call_{n}",
+            "name": "order_status",
+            "arguments": f'{{"order": {n}}}',
+            "id": f"fc_{n}",
+            "status": "completed",
+        },
+        {
+            "type": "function_call_output",
+            "call_id": f"call_{n}",
+            "output": f"order {n}: shipped, " + "tracking details and the carrier's notes " * 4,
+        },
+        {
+            "id": f"msg_{n}",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [
+                {"type": "output_text", "text": f"Order {n} has shipped.", "annotations": []}
+            ],
+        },
+    ]
+
+
+async def _p50(call: Callable[[], Awaitable[Any]], reps: int = REPS) -> float:
+    await call()  # warm-up
+    samples = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        await call()
+        samples.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(samples), 2)
+
+
+async def _workload(make: Callable[[str], Any]) -> dict[str, float]:
+    """p50 ms of each call on sessions ``make(session_id)`` returns."""
+    counter = iter(range(10**9))
+    writes = make("bench-writes")
+    one = await _p50(lambda: writes.add_items(_turn(next(counter))[:1]))
+    four = await _p50(lambda: writes.add_items(_turn(next(counter))))
+    # Each pop after its own add of one item: the pop always finds an item.
+    pops = make("bench-pops")
+    await pops.add_items(_turn(0))
+
+    async def add_then_pop() -> None:
+        await pops.add_items(_turn(next(counter))[:1])
+        started = time.perf_counter()
+        await pops.pop_item()
+        pop_ms.append((time.perf_counter() - started) * 1000)
+
+    pop_ms: list[float] = []
+    for _ in range(REPS):
+        await add_then_pop()
+    reads = make("bench-reads")
+    for n in range(HISTORY // 4):
+        await reads.add_items(_turn(n))
+
+    async def read_all() -> None:
+        assert len(await reads.get_items()) == HISTORY
+
+    async def read_newest() -> None:
+        assert len(await reads.get_items(NEWEST)) == NEWEST
+
+    return {
+        "add_one_ms": one,
+        "add_turn_ms": four,
+        "get_all_ms": await _p50(read_all),
+        "get_newest_ms": await _p50(read_newest),
+        "pop_ms": round(statistics.median(pop_ms), 2),
+    }
+
+
+async def _peer_url(database_url: str) -> str:
+    """The SQLAlchemy URL of a fresh database ``PEER_DB`` on the server of ``database_url``."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    base = make_url(database_url).set(query={})
+    admin = base.set(drivername="postgresql", database="postgres")
+    conn = await asyncpg.connect(admin.render_as_string(hide_password=False))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{PEER_DB}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{PEER_DB}"')
+    finally:
+        await conn.close()
+    return base.set(drivername="postgresql+asyncpg", database=PEER_DB).render_as_string(
+        hide_password=False
+    )
+
+
+async def _measure(base_url: str, key: str, app: str, database_url: str) -> dict[str, Any]:
+    # openai-agents: the client's openai-agents extra, imported only when this runs.
+    from agents.extensions.memory import SQLAlchemySession
+    from agents.memory import SQLiteSession
+    from ctxadmin_client import AsyncClient
+    from ctxadmin_client.openai_agents import CtxAdminSession
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    async with AsyncClient(base_url, key) as client:
+        ours = await _workload(
+            lambda sid: CtxAdminSession(sid, app=app, user_id="bench", client=client)
+        )
+    engine = create_async_engine(await _peer_url(database_url))
+    try:
+        peer = await _workload(
+            lambda sid: SQLAlchemySession(sid, engine=engine, create_tables=True)
+        )
+    finally:
+        await engine.dispose()
+    with tempfile.TemporaryDirectory() as folder:
+        opened: list[SQLiteSession] = []
+
+        def sqlite(sid: str) -> SQLiteSession:
+            opened.append(SQLiteSession(sid, Path(folder) / "sessions.db"))
+            return opened[-1]
+
+        try:
+            local = await _workload(sqlite)
+        finally:
+            for session in opened:
+                session.close()
+    return {"ctxadmin": ours, "sqlalchemy": peer, "sqlite": local}
+
+
+def measure(service) -> dict[str, Any]:
+    """Run against a started bench service (its own app and key)."""
+    api = bench_client(service, "oaiagents", "sessions")
+    return asyncio.run(_measure(service.base_url, api.key, api.app, service.database_url))
+
+
+def report(results: dict[str, Any]) -> str:
+    ours, peer, local = results["ctxadmin"], results["sqlalchemy"], results["sqlite"]
+    rows = "\n".join(
+        f"| {label} | {ours[key]} | {peer[key]} | {local[key]} | {ours[key] / peer[key]:.2f} |"
+        for label, key in (
+            ("`add_items`, one item", "add_one_ms"),
+            ("`add_items`, a turn of four items", "add_turn_ms"),
+            (f"`get_items()`, {HISTORY} items", "get_all_ms"),
+            (f"`get_items({NEWEST})` of {HISTORY} items", "get_newest_ms"),
+            ("`pop_item`", "pop_ms"),
+        )
+    )
+    return f"""{SECTION}
+
+`ctxadmin_client.openai_agents.CtxAdminSession` (HTTP to the service; an item is one
+ADK-shaped event, `pop_item` a read and a compare-and-set rewind) beside the SDK's
+`SQLAlchemySession` (asyncpg, in process) on the same PostgreSQL server, and the SDK's
+`SQLiteSession` on a local file; one asyncio loop, the same items (turns of a user message,
+a function call, its output and the answer). p50 ms per call over {REPS} calls; ratio =
+ctxadmin / SQLAlchemy (above 1: ctxadmin takes that many times longer per call).
+
+| call | ctxadmin | SQLAlchemy (PostgreSQL) | SQLite (file) | ratio |
+| --- | --- | --- | --- | --- |
+{rows}
+"""
+
+
+def main() -> None:
+    service = bench_service(stack.var_dir() / "bench-openai-agents")
+    try:
+        results = measure(service)
+        postgres = postgres_version(service.database_url)
+    finally:
+        stop_service(service)
+    section = report(results)
+    box = machine()
+    stamp = (
+        f"\n\nRecorded by `.venv/bin/python -m bench.openai_agents_bench` on "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({box['cpu']}, {box['cores']} cores, "
+        f"PostgreSQL {postgres}; one machine for client, server and database).\n"
+    )
+    section = section.replace("\n\n`ctxadmin_client", stamp + "\n`ctxadmin_client", 1)
+    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
+    print(section)
+
+
+if __name__ == "__main__":
+    main()
