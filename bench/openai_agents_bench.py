@@ -4,7 +4,8 @@
 SDK's ``SQLAlchemySession`` (asyncpg, in process, on the same PostgreSQL server, a database
 of its own) run the same calls in one event loop: ``add_items`` of one item and of a turn's
 four items, ``get_items`` of a whole session and of its newest 20 items, and ``pop_item``.
-The SDK's ``SQLiteSession`` on a file runs them too, as the SDK's default. Each figure is
+The SDK's ``SQLiteSession`` on a file runs them too, as the SDK's default; the three take
+turns call by call, so each sees the same load of the machine. Each figure is
 the p50 milliseconds per call; the ratio is ctxadmin / SQLAlchemy (above 1: ctxadmin is
 slower by that factor).
 
@@ -21,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,51 +69,61 @@ def _turn(n: int) -> list[dict[str, Any]]:
     ]
 
 
-async def _p50(call: Callable[[], Awaitable[Any]], reps: int = REPS) -> float:
-    await call()  # warm-up
-    samples = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        await call()
-        samples.append((time.perf_counter() - started) * 1000)
+def _p50(samples: list[float]) -> float:
     return round(statistics.median(samples), 2)
 
 
-async def _workload(make: Callable[[str], Any]) -> dict[str, float]:
-    """p50 ms of each call on sessions ``make(session_id)`` returns."""
+async def _timed(call: Callable[[], Awaitable[Any]], into: list[float]) -> None:
+    started = time.perf_counter()
+    await call()
+    into.append((time.perf_counter() - started) * 1000)
+
+
+async def _workload(backends: dict[str, Callable[[str], Any]]) -> dict[str, dict[str, float]]:
+    """p50 ms of each call on the sessions each backend's ``make(session_id)`` returns, the
+    backends taking turns call by call so that each sees the same load of the machine."""
     counter = iter(range(10**9))
-    writes = make("bench-writes")
-    one = await _p50(lambda: writes.add_items(_turn(next(counter))[:1]))
-    four = await _p50(lambda: writes.add_items(_turn(next(counter))))
-    # Each pop after its own add of one item: the pop always finds an item.
-    pops = make("bench-pops")
-    await pops.add_items(_turn(0))
+    names = list(backends)
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in names}
+    sessions = {
+        name: {kind: make(f"bench-{kind}") for kind in ("writes", "pops", "reads")}
+        for name, make in backends.items()
+    }
 
-    async def add_then_pop() -> None:
-        await pops.add_items(_turn(next(counter))[:1])
-        started = time.perf_counter()
-        await pops.pop_item()
-        pop_ms.append((time.perf_counter() - started) * 1000)
+    async def each(measure: str, call: Callable[[Any], Awaitable[Any]], kind: str) -> None:
+        for name in names:
+            await call(sessions[name][kind])  # warm-up
+        for _ in range(REPS):
+            for name in names:
+                session = sessions[name][kind]
+                await _timed(partial(call, session), samples[name].setdefault(measure, []))
 
-    pop_ms: list[float] = []
+    await each("add_one_ms", lambda s: s.add_items(_turn(next(counter))[:1]), "writes")
+    await each("add_turn_ms", lambda s: s.add_items(_turn(next(counter))), "writes")
+
+    # Each pop after an add of one item (not timed): every pop finds one.
+    for name in names:
+        await sessions[name]["pops"].add_items(_turn(0))
     for _ in range(REPS):
-        await add_then_pop()
-    reads = make("bench-reads")
-    for n in range(HISTORY // 4):
-        await reads.add_items(_turn(n))
+        for name in names:
+            session = sessions[name]["pops"]
+            await session.add_items(_turn(next(counter))[:1])
+            await _timed(session.pop_item, samples[name].setdefault("pop_ms", []))
 
-    async def read_all() -> None:
-        assert len(await reads.get_items()) == HISTORY
+    for name in names:
+        for n in range(HISTORY // 4):
+            await sessions[name]["reads"].add_items(_turn(n))
 
-    async def read_newest() -> None:
-        assert len(await reads.get_items(NEWEST)) == NEWEST
+    async def read_all(session) -> None:
+        assert len(await session.get_items()) == HISTORY
 
+    async def read_newest(session) -> None:
+        assert len(await session.get_items(NEWEST)) == NEWEST
+
+    await each("get_all_ms", read_all, "reads")
+    await each("get_newest_ms", read_newest, "reads")
     return {
-        "add_one_ms": one,
-        "add_turn_ms": four,
-        "get_all_ms": await _p50(read_all),
-        "get_newest_ms": await _p50(read_newest),
-        "pop_ms": round(statistics.median(pop_ms), 2),
+        name: {measure: _p50(values) for measure, values in samples[name].items()} for name in names
     }
 
 
@@ -141,30 +153,31 @@ async def _measure(base_url: str, key: str, app: str, database_url: str) -> dict
     from ctxadmin_client.openai_agents import CtxAdminSession
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    async with AsyncClient(base_url, key) as client:
-        ours = await _workload(
-            lambda sid: CtxAdminSession(sid, app=app, user_id="bench", client=client)
-        )
     engine = create_async_engine(await _peer_url(database_url))
+    opened: list[SQLiteSession] = []
     try:
-        peer = await _workload(
-            lambda sid: SQLAlchemySession(sid, engine=engine, create_tables=True)
-        )
+        with tempfile.TemporaryDirectory() as folder:
+
+            def sqlite(sid: str) -> SQLiteSession:
+                opened.append(SQLiteSession(sid, Path(folder) / "sessions.db"))
+                return opened[-1]
+
+            async with AsyncClient(base_url, key) as client:
+                return await _workload(
+                    {
+                        "ctxadmin": lambda sid: CtxAdminSession(
+                            sid, app=app, user_id="bench", client=client
+                        ),
+                        "sqlalchemy": lambda sid: SQLAlchemySession(
+                            sid, engine=engine, create_tables=True
+                        ),
+                        "sqlite": sqlite,
+                    }
+                )
     finally:
+        for session in opened:
+            session.close()
         await engine.dispose()
-    with tempfile.TemporaryDirectory() as folder:
-        opened: list[SQLiteSession] = []
-
-        def sqlite(sid: str) -> SQLiteSession:
-            opened.append(SQLiteSession(sid, Path(folder) / "sessions.db"))
-            return opened[-1]
-
-        try:
-            local = await _workload(sqlite)
-        finally:
-            for session in opened:
-                session.close()
-    return {"ctxadmin": ours, "sqlalchemy": peer, "sqlite": local}
 
 
 def measure(service) -> dict[str, Any]:
@@ -191,12 +204,16 @@ def report(results: dict[str, Any]) -> str:
 ADK-shaped event, `pop_item` a read and a compare-and-set rewind) beside the SDK's
 `SQLAlchemySession` (asyncpg, in process) on the same PostgreSQL server, and the SDK's
 `SQLiteSession` on a local file; one asyncio loop, the same items (turns of a user message,
-a function call, its output and the answer). p50 ms per call over {REPS} calls; ratio =
-ctxadmin / SQLAlchemy (above 1: ctxadmin takes that many times longer per call).
+a function call, its output and the answer), the three taking turns call by call. p50 ms
+per call over {REPS} calls of each; ratio = ctxadmin / SQLAlchemy (above 1: ctxadmin takes
+that many times longer per call).
 
 | call | ctxadmin | SQLAlchemy (PostgreSQL) | SQLite (file) | ratio |
 | --- | --- | --- | --- | --- |
 {rows}
+
+The absolute figures move with the load of this shared machine from run to run; the
+ratios, taken call by call under the same load, move less.
 """
 
 
