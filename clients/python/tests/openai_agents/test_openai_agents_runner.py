@@ -55,7 +55,10 @@ class ScriptedModel(Model):
 
     async def get_response(self, system_instructions, input, *args, **kwargs) -> ModelResponse:
         self.inputs.append(json.loads(json.dumps(input, default=str)))
-        return ModelResponse(output=self.script.pop(0), usage=Usage(), response_id=None)
+        # A response id, as the Responses API answers: the Runner then offers each turn to a
+        # compaction-aware session's run_compaction.
+        response_id = f"resp_{len(self.inputs)}"
+        return ModelResponse(output=self.script.pop(0), usage=Usage(), response_id=response_id)
 
     def stream_response(self, *args, **kwargs):
         raise NotImplementedError
@@ -92,9 +95,22 @@ async def two_turns(make_session) -> tuple[list, ScriptedModel]:
 
 async def test_two_runner_turns_on_ctxadmin_keep_what_sqlite_keeps(app, async_client):
     session_id, user_id = f"s-{uuid.uuid4().hex[:10]}", f"u-{uuid.uuid4().hex[:10]}"
+    compactions: list[Any] = []
+
+    class Recorded(CtxAdminSession):
+        async def run_compaction(self, args=None) -> None:
+            compactions.append(args)
+            await super().run_compaction(args)
+
     ours, our_model = await two_turns(
-        lambda: CtxAdminSession(session_id, app=app.name, user_id=user_id, client=async_client)
+        lambda: Recorded(session_id, app=app.name, user_id=user_id, client=async_client)
     )
+    # The Runner offered each turn's last response for compaction, not forced: ctxadmin's
+    # automatic compaction decides (no policy here, so none ran).
+    assert [(a["response_id"], a["force"]) for a in compactions] == [
+        ("resp_2", False),
+        ("resp_4", False),
+    ]
     reference = SQLiteSession(session_id)
     try:
         theirs, their_model = await two_turns(lambda: reference)
