@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agents.items import TResponseInputItem
-from agents.memory import OpenAIResponsesCompactionArgs, SessionABC
+from agents.memory import OpenAIResponsesCompactionArgs
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
@@ -44,8 +44,9 @@ def _enough(entries: list[_items.Entry], newest: int) -> bool:
     return len(entries) >= newest and first_item <= len(entries) - newest
 
 
-class CtxAdminSession(SessionABC):
-    """An OpenAI Agents SDK session stored in ctxadmin.
+class CtxAdminSession:
+    """An OpenAI Agents SDK session stored in ctxadmin (the SDK's ``Session`` protocol, and
+    its ``OpenAIResponsesCompactionAwareSession``).
 
     ``CtxAdminSession(session_id, app=..., user_id=..., base_url=..., api_key=...)``, or
     ``client=`` a ready ``ctxadmin_client.AsyncClient`` (left open by :meth:`close`).
