@@ -5,7 +5,9 @@ same items, and the model must see the same input on both."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from typing import Any
 
@@ -160,3 +162,47 @@ async def test_two_runner_turns_on_ctxadmin_keep_what_sqlite_keeps(app, async_cl
         ("call_1", "get_weather"),
         ("call_2", "get_weather"),
     ]
+
+
+async def test_ctxadmins_automatic_compaction_shortens_what_the_next_turn_sends(app, async_client):
+    """With an automatic compaction policy on the session, ctxadmin's worker compacts after
+    the turns; the next turn's model input starts with its summary instead of the items."""
+    set_tracing_disabled(True)
+    session_id, user_id = f"s-{uuid.uuid4().hex[:10]}", f"u-{uuid.uuid4().hex[:10]}"
+    await async_client.create_session(app.name, user_id, session_id=session_id)
+    await async_client.set_session_compaction_policy(
+        app.name,
+        user_id,
+        session_id,
+        event_threshold=6,
+        retain_recent_exchanges=1,
+        min_reclaim_tokens=0,
+        automatic=True,
+    )
+    session = CtxAdminSession(session_id, app=app.name, user_id=user_id, client=async_client)
+    model = ScriptedModel([[say(n, f"Answer {n}.")] for n in range(5)])
+    agent = Agent(name="assistant", instructions="Answer briefly.", model=model)
+    for n in range(4):
+        await Runner.run(agent, f"Question {n}?", session=session)
+
+    deadline = time.monotonic() + 60
+    while not any(c["status"] == "active" for c in await _compactions(async_client, app, session)):
+        assert time.monotonic() < deadline, "no automatic compaction within 60 s"
+        await asyncio.sleep(0.2)
+
+    await Runner.run(agent, "Question 4?", session=session)
+    sent = model.inputs[-1]
+    assert sent[0]["role"] == "assistant"
+    assert sent[0]["content"].startswith("[Summary of earlier conversation")
+    assert len(sent) < 2 * 4 + 1  # fewer than every earlier item and the new question
+    assert sent[-1] == {"role": "user", "content": "Question 4?"}
+    # Every item is still stored.
+    every = CtxAdminSession(
+        session_id, app=app.name, user_id=user_id, client=async_client, compacted_history=False
+    )
+    assert len(await every.get_items()) == 2 * 5
+
+
+async def _compactions(client, app, session) -> list[dict]:
+    listed = client.list_compactions(app.name, session.user_id, session.session_id)
+    return [c async for c in listed]
