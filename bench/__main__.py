@@ -4,6 +4,8 @@ Starts the whole service (``manage.py run``: embedded PostgreSQL 18 + pgvector, 
 Celery, gunicorn with 4 workers) in ``var/bench``, drives it with HTTP clients on loopback,
 runs Google ADK's ``DatabaseSessionService`` on the same PostgreSQL server (``bench/adk_peer``),
 ADK's session service through the Python client beside it (``bench/adk_client_bench``),
+the OpenAI Agents SDK's session on ctxadmin beside the SDK's ``SQLAlchemySession`` on the
+same PostgreSQL server (``bench/openai_agents_bench``),
 an MCP ``memory_search`` against the same search through REST (``bench/mcp_bench``),
 and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes them,
 with their ratios, the command and the machine, to ``bench/BENCHMARKS.md`` (``--skip-peer``:
@@ -30,6 +32,7 @@ from bench import (
     locomo,
     mcp_bench,
     memory_bench,
+    openai_agents_bench,
     outbox_bench,
     secret_bench,
     sessions_bench,
@@ -82,10 +85,12 @@ def main() -> None:
         invocations = invocation_bench.measure(bench_client(service, "invoke", "sessions"))
         print("measuring MCP against REST …", flush=True)
         mcp = mcp_bench.measure(service)
-        peer = adk_client = None
+        peer = adk_client = openai_agents = None
         if not args.skip_peer:
             print("measuring ADK's session service through the client …", flush=True)
             adk_client = adk_client_bench.measure(service)
+            print("measuring the OpenAI Agents SDK session against SQLAlchemy …", flush=True)
+            openai_agents = openai_agents_bench.measure(service)
             print("measuring the peer (ADK DatabaseSessionService) …", flush=True)
             peer = adk_peer.run(service.database_url, events=args.events)
             print(json.dumps({k: v for k, v in peer.items() if k != "notes"}, indent=2), flush=True)
@@ -102,6 +107,9 @@ def main() -> None:
     if adk_client is not None:
         section = adk_client_bench.report(adk_client)
         REPORT.write_text(splice(REPORT.read_text(), section, adk_client_bench.SECTION))
+    if openai_agents is not None:
+        section = openai_agents_bench.report(openai_agents)
+        REPORT.write_text(splice(REPORT.read_text(), section, openai_agents_bench.SECTION))
     print(f"wrote {REPORT}")
     print("measuring the secret detectors …", flush=True)
     secret_bench.run_section("make bench")  # in process: no service
