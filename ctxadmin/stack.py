@@ -248,33 +248,50 @@ class EmbeddedPostgres:
         if running:
             self.port = running[1]
         else:
-            self.port = free_port(self.preferred_port)
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            self.log_file.touch()
-            self._chown(self.log_file)
+            self._start_server()
+            self.started_here = True
+        self._ensure_database()
+        return self.url(self.db_name)
+
+    def _start_server(self, attempts: int = 3) -> None:
+        """pg_ctl start on a free port; when another process takes the port between the check
+        and PostgreSQL's bind (two checkouts starting at once), again on another one."""
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file.touch()
+        self._chown(self.log_file)
+        preferred: int | None = self.preferred_port
+        for attempt in range(attempts):
+            self.port = free_port(preferred)
+            logged = self.log_file.stat().st_size
             options = (
                 f"-c listen_addresses=127.0.0.1 -p {self.port} "
                 "-c unix_socket_directories='' -c max_connections=200 "
                 f"-c shared_buffers={shared_buffers()}"
             )
-            self._run(
-                [
-                    str(_pg_bin("pg_ctl")),
-                    "-D",
-                    str(self.data_dir),
-                    "-l",
-                    str(self.log_file),
-                    "-o",
-                    options,
-                    "-w",
-                    "-t",
-                    "60",
-                    "start",
-                ]
-            )
-            self.started_here = True
-        self._ensure_database()
-        return self.url(self.db_name)
+            try:
+                self._run(
+                    [
+                        str(_pg_bin("pg_ctl")),
+                        "-D",
+                        str(self.data_dir),
+                        "-l",
+                        str(self.log_file),
+                        "-o",
+                        options,
+                        "-w",
+                        "-t",
+                        "60",
+                        "start",
+                    ]
+                )
+                return
+            except StackError:
+                with self.log_file.open("rb") as log:
+                    log.seek(logged)
+                    taken = b"Address already in use" in log.read()
+                if not taken or attempt == attempts - 1:
+                    raise
+                preferred = None  # any free port
 
     def url(self, db_name: str) -> str:
         return (

@@ -13,7 +13,6 @@ import re
 import time
 from typing import Any
 
-import anyio
 from django.conf import settings
 from django.db import close_old_connections
 from jsonschema import Draft202012Validator
@@ -165,6 +164,13 @@ def read_resource_sync(caller: Caller, uri: str) -> str:
 server: Server[Any, Any] = Server("ctxadmin", instructions="ctxadmin memory and context tools.")
 
 
+async def _in_thread(function, *args):
+    """``function`` on the loop's executor: Django's ORM is synchronous and refuses to run on a
+    thread with a running event loop. The bridge gives each loop one long-lived thread, so its
+    database connection lasts (a thread a call would open a connection a call)."""
+    return await asyncio.get_running_loop().run_in_executor(None, function, *args)
+
+
 # Each tool's MCP description, built once.
 _DESCRIBED = {
     tool.name: types.Tool(
@@ -190,7 +196,7 @@ async def _list_tools(_request: types.ListToolsRequest) -> types.ServerResult:
 
 async def _call_tool(request: types.CallToolRequest) -> types.ServerResult:
     params = request.params
-    result = await anyio.to_thread.run_sync(run_call, _caller(), params.name, params.arguments)
+    result = await _in_thread(run_call, _caller(), params.name, params.arguments)
     return types.ServerResult(result)
 
 
@@ -243,7 +249,7 @@ async def list_resource_templates() -> list[types.ResourceTemplate]:
 
 @server.read_resource()
 async def read_resource(uri) -> str:
-    return await anyio.to_thread.run_sync(read_resource_sync, _caller(), str(uri))
+    return await _in_thread(read_resource_sync, _caller(), str(uri))
 
 
 class McpAsgi:

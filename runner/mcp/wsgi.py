@@ -16,6 +16,7 @@ import io
 import json
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 
 from django.conf import settings
@@ -92,6 +93,10 @@ class ThreadLoopBridge:
         local = self._local
         if getattr(local, "loop", None) is None:
             local.loop = asyncio.new_event_loop()
+            # One request at a time on this loop, so one thread runs its synchronous work.
+            local.loop.set_default_executor(
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-sync")
+            )
             local.app = self.make_app()
         body = environ["wsgi.input"].read()
         received = False
