@@ -430,6 +430,7 @@ if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
 LOG_FORMAT = env.str("CTXADMIN_LOG_FORMAT", "json")
 if LOG_FORMAT not in {"json", "text"}:
     raise ImproperlyConfigured("CTXADMIN_LOG_FORMAT must be json or text")
+LOGGING_CONFIG = "ctxadmin.telemetry.configure_logging"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -437,9 +438,16 @@ LOGGING = {
         "json": {"()": "ctxadmin.telemetry.JsonFormatter"},
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
+    "filters": {"quiet_housekeeping": {"()": "ctxadmin.telemetry.QuietHousekeeping"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
+        # Python's warnings (Django routes them to logging) in the same format as the rest.
+        "py.warnings": {"handlers": ["console"], "propagate": False},
+        # The beat's sweepers run every few seconds: their routine lines are DEBUG.
+        "celery.beat": {"filters": ["quiet_housekeeping"]},
+        "celery.worker.strategy": {"filters": ["quiet_housekeeping"]},
+        "celery.app.trace": {"filters": ["quiet_housekeeping"]},
         # Request bodies never reach a log: Django's request logger prints only status lines.
         "django.request": {"level": "ERROR"},
         "django.db.backends": {"level": "WARNING"},
