@@ -414,6 +414,12 @@ SPECTACULAR_SETTINGS = {
         "memory.api.schemas.add_components",
         "caching.api.schemas.add_components",
         "sessions_app.artifacts.api.schemas.add_components",
+        # One-line summaries and realistic examples, after every component is in place.
+        "ctxadmin.api.operation_docs.add_operation_docs",
+        "sessions_app.api.operation_docs.add_operation_docs",
+        "runner.api.operation_docs.add_operation_docs",
+        "memory.api.operation_docs.add_operation_docs",
+        "caching.api.operation_docs.add_operation_docs",
     ],
     "DISABLE_ERRORS_AND_WARNINGS": False,
     # Swagger UI's assets ship with the project (no CDN).
