@@ -16,13 +16,14 @@ import time
 import uuid
 
 from celery import Celery, signals
+from celery import __version__ as celery_version
 from celery.contrib.django.task import DjangoTask
 from celery.exceptions import Reject
 from celery.worker.control import inspect_command
 from django.conf import settings
 from django.db import transaction
 
-from ctxadmin import deployment
+from ctxadmin import deployment, telemetry
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 logger = logging.getLogger("ctxadmin.workers")
@@ -169,6 +170,48 @@ BEAT_SCHEDULE: dict[str, dict] = {
     "flush-mcp-counts": {"task": "ctxadmin.flush_mcp_counts", "schedule": 60.0},
 }
 app.conf.beat_schedule = BEAT_SCHEDULE
+telemetry.HOUSEKEEPING_TASKS.update(entry["task"] for entry in BEAT_SCHEDULE.values())
+
+
+@signals.task_postrun.connect
+def _log_housekeeping(sender=None, task_id=None, retval=None, state=None, **kwargs) -> None:
+    """A sweeper's outcome: INFO with its counts when it did something, DEBUG when it found
+    nothing to do (the beat runs them every few seconds)."""
+    name = getattr(sender, "name", None)
+    if name not in telemetry.HOUSEKEEPING_TASKS or state != "SUCCESS":
+        return
+    counts = retval if isinstance(retval, dict) else {"count": retval}
+    level = logging.DEBUG if telemetry.idle(retval) else logging.INFO
+    logger.log(level, "housekeeping", extra={"task": name, **counts})
+
+
+@signals.celeryd_after_setup.connect
+def _log_worker_start(sender, instance, conf, **kwargs) -> None:
+    # Celery's banner is off (``--quiet``): the same facts as one log line.
+    logger.info(
+        "worker starting",
+        extra={
+            "worker": sender,
+            "celery": celery_version,
+            "concurrency": instance.concurrency,
+            "queues": sorted(q.name for q in instance.app.amqp.queues.consume_from.values()),
+            "deployment": settings.CTXADMIN_DEPLOYMENT,
+        },
+    )
+
+
+@signals.beat_init.connect
+def _log_beat_start(sender, **kwargs) -> None:
+    scheduler = getattr(sender, "scheduler", None)
+    logger.info(
+        "beat starting",
+        extra={
+            "celery": celery_version,
+            "entries": len(BEAT_SCHEDULE),
+            "max_interval_s": getattr(scheduler, "max_interval", None),
+            "deployment": settings.CTXADMIN_DEPLOYMENT,
+        },
+    )
 
 
 @app.on_after_configure.connect

@@ -16,8 +16,10 @@ max_requests_jitter = 500
 control_socket = os.environ.get("CTXADMIN_GUNICORN_CONTROL_SOCKET", "").strip() or None
 control_socket_disable = control_socket is None
 accesslog = "-"
-# Paths and status only: query strings may carry ids users consider private.
-access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
+# Every line (start-up, workers, one per request) in the project's log format, JSON by default;
+# a request's line has its method, path, status, bytes and duration, never the query string
+# (it may carry ids users consider private).
+logger_class = "config.gunicorn_logging.ProjectLogger"
 
 
 def child_exit(server, worker):

@@ -418,6 +418,12 @@ SPECTACULAR_SETTINGS = {
         "memory.api.schemas.add_components",
         "caching.api.schemas.add_components",
         "sessions_app.artifacts.api.schemas.add_components",
+        # One-line summaries and realistic examples, after every component is in place.
+        "ctxadmin.api.operation_docs.add_operation_docs",
+        "sessions_app.api.operation_docs.add_operation_docs",
+        "runner.api.operation_docs.add_operation_docs",
+        "memory.api.operation_docs.add_operation_docs",
+        "caching.api.operation_docs.add_operation_docs",
     ],
     "DISABLE_ERRORS_AND_WARNINGS": False,
     # Swagger UI's assets ship with the project (no CDN).
@@ -434,6 +440,7 @@ if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
 LOG_FORMAT = env.str("CTXADMIN_LOG_FORMAT", "json")
 if LOG_FORMAT not in {"json", "text"}:
     raise ImproperlyConfigured("CTXADMIN_LOG_FORMAT must be json or text")
+LOGGING_CONFIG = "ctxadmin.telemetry.configure_logging"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -441,9 +448,16 @@ LOGGING = {
         "json": {"()": "ctxadmin.telemetry.JsonFormatter"},
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
+    "filters": {"quiet_housekeeping": {"()": "ctxadmin.telemetry.QuietHousekeeping"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
+        # Python's warnings (Django routes them to logging) in the same format as the rest.
+        "py.warnings": {"handlers": ["console"], "propagate": False},
+        # The beat's sweepers run every few seconds: their routine lines are DEBUG.
+        "celery.beat": {"filters": ["quiet_housekeeping"]},
+        "celery.worker.strategy": {"filters": ["quiet_housekeeping"]},
+        "celery.app.trace": {"filters": ["quiet_housekeeping"]},
         # Request bodies never reach a log: Django's request logger prints only status lines.
         "django.request": {"level": "ERROR"},
         "django.db.backends": {"level": "WARNING"},

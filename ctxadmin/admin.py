@@ -21,7 +21,12 @@ admin.site.disable_action("delete_selected")
 class ConsoleAdmin(admin.ModelAdmin):
     """The console's model pages: an action the operator may not run is refused with 403.
     (Django leaves it out of the menu, but a posted one answers "No action selected" with a
-    redirect, or the list page when the operator may run none, as if it were a slip.)"""
+    redirect, or the list page when the operator may run none, as if it were a slip.)
+    Its lists keep each column on one line, a clipped value whole in the cell's title."""
+
+    class Media:
+        css = {"all": ["ctxadmin/console.css"]}
+        js = ["ctxadmin/console.js"]
 
     def changelist_view(self, request, extra_context=None):
         action = request.POST.get("action") if request.method == "POST" else None

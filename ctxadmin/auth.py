@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from django.db import connection
 from rest_framework import authentication, exceptions
 
-from ctxadmin.delegated import DelegatedCredential, resolvers
+from ctxadmin.delegated import CredentialEnded, DelegatedCredential, resolvers
 from ctxadmin.keys import digest_matches, parse_key
 from ctxadmin.models import ApiKey, App
 from ctxadmin.services import touch_api_key
@@ -75,6 +75,21 @@ def find_key(prefix: str) -> ApiKey | None:
     return key
 
 
+class TokenEnded(exceptions.AuthenticationFailed):
+    """A genuine delegated credential that no longer works: a 401 ``token_ended`` saying
+    which kind of token it is and why it stopped."""
+
+    code = "token_ended"
+
+    def __init__(self, ended: CredentialEnded) -> None:
+        super().__init__(ended.message)
+        self.details = {
+            "credential": ended.kind,
+            "reason": ended.reason,
+            "ended_at": ended.ended_at,
+        }
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -102,7 +117,10 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         raw = raw.strip()
         for marker, resolve in resolvers():
             if raw.startswith(marker):
-                credential = resolve(raw)
+                try:
+                    credential = resolve(raw)
+                except CredentialEnded as ended:
+                    raise TokenEnded(ended) from None
                 if credential is None:
                     raise exceptions.AuthenticationFailed("Invalid API key.")
                 return DelegatedPrincipal(credential), credential

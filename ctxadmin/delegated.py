@@ -36,8 +36,22 @@ class DelegatedCredential:
         raise NotImplementedError
 
 
+class CredentialEnded(Exception):
+    """Raised by a resolver for a credential that is genuine (its secret matches) but no
+    longer works: it expired, was revoked or its purpose ended. ``message`` says which kind
+    of credential it is and why it stopped (never the credential itself); ``reason`` is a
+    stable word (``expired``, ``revoked``, ``answered``, ``purged``)."""
+
+    def __init__(self, message: str, *, kind: str, reason: str, ended_at: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.reason = reason
+        self.ended_at = ended_at
+
+
 #: Credential format marker (e.g. ``"ctt_"``) -> how to resolve a raw credential to a live
-#: one (None: unknown, wrong, expired or ended).
+#: one (None: unknown or wrong; ``CredentialEnded`` raised: genuine but ended).
 _DELEGATED: dict[str, Callable[[str], DelegatedCredential | None]] = {}
 
 

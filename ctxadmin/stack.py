@@ -542,6 +542,7 @@ def celery_worker_argv(
         "celery",
         "-A",
         "config",
+        "--quiet",  # no banner: config.celery logs its facts as one line
         "worker",
         "--loglevel",
         loglevel,

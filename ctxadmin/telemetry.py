@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.config
 import time
 from datetime import UTC, datetime
 
@@ -56,6 +57,13 @@ def loggable(value):
     return value
 
 
+def configure_logging(config: dict) -> None:
+    """``LOGGING_CONFIG``: Django's ``dictConfig``, and Python's warnings routed to logging
+    (the ``py.warnings`` logger), so that they too are lines in the one format."""
+    logging.config.dictConfig(config)
+    logging.captureWarnings(True)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, event, and the record's extras."""
 
@@ -73,3 +81,38 @@ class JsonFormatter(logging.Formatter):
             payload["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
             payload["traceback"] = self.formatException(record.exc_info)
         return json.dumps(payload, default=str, ensure_ascii=False)
+
+
+#: The tasks the beat runs to sweep and re-drive (``config.celery`` names them): their runs
+#: are housekeeping, and a run that found nothing to do is not news.
+HOUSEKEEPING_TASKS: set[str] = set()
+
+
+def idle(outcome) -> bool:
+    """Whether a housekeeping run's outcome (a count, or a dict of counts and flags) says it
+    found nothing to do."""
+    if isinstance(outcome, dict):
+        return all(isinstance(v, bool) or not v for v in outcome.values())
+    return not outcome
+
+
+class QuietHousekeeping(logging.Filter):
+    """Celery's routine lines about housekeeping (the beat sending a sweeper, a worker
+    receiving and finishing one) at DEBUG: each sweeper's own outcome line says at INFO when
+    it did something. Attached to Celery's ``celery.beat``, ``celery.worker.strategy`` and
+    ``celery.app.trace`` loggers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not self._housekeeping(record):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+    @staticmethod
+    def _housekeeping(record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)
+        if isinstance(data, dict):  # a worker's "received" and "succeeded" lines
+            return data.get("name") in HOUSEKEEPING_TASKS
+        # The beat's "Scheduler: Sending due task <entry> (<task>)".
+        args = record.args if isinstance(record.args, tuple) else ()
+        return len(args) == 2 and args[1] in HOUSEKEEPING_TASKS

@@ -9,7 +9,9 @@ from django.utils.html import format_html, format_html_join
 
 from ctxadmin.admin import MachineOwnedAdmin
 from ctxadmin.content import ContentAdminMixin, render
+from ctxadmin.models import App
 from sessions_app.compaction.policy import TRIGGERS
+from sessions_app.events import kind_names
 from sessions_app.models import (
     AppCompactionPolicy,
     Checkpoint,
@@ -108,8 +110,10 @@ def _checkpoint_link(checkpoint_id) -> str:
     return format_html('<a href="{}">{}</a>', url, checkpoint_id)
 
 
-def _session_ids(session_pk: int, user_id: str, session_id: str, app_id: int) -> str:
-    return f"#{session_pk} (app {app_id}, user {user_id}, session {session_id})"
+def _session_link(session_pk: int, app_name: str, user_id: str, session_id: str) -> str:
+    """A session by its app's name, user and session ids, linked to its page."""
+    url = reverse("admin:sessions_app_session_change", args=[session_pk])
+    return format_html('<a href="{}">{} / {} / {}</a>', url, app_name, user_id, session_id)
 
 
 class SessionRowAdmin(MachineOwnedAdmin):
@@ -122,6 +126,7 @@ class SessionRowAdmin(MachineOwnedAdmin):
             .get_queryset(request)
             .annotate(
                 _app_id=F("session__app_id"),
+                _app_name=F("session__app__name"),
                 _user_id=F("session__user_id"),
                 _session_id=F("session__session_id"),
             )
@@ -133,9 +138,9 @@ class SessionRowAdmin(MachineOwnedAdmin):
     def lookup_allowed(self, lookup, value, request=None):
         return lookup == self.SESSION_LOOKUP or super().lookup_allowed(lookup, value, request)
 
-    @admin.display(description="session", ordering="session_id")
+    @admin.display(description="app / user / session", ordering="session_id")
     def session_ref(self, obj):
-        return _session_ids(obj.session_id, obj._user_id, obj._session_id, obj._app_id)
+        return _session_link(obj.session_id, obj._app_name, obj._user_id, obj._session_id)
 
 
 @admin.register(Checkpoint)
@@ -338,11 +343,83 @@ class ToolTokenAdmin(MachineOwnedAdmin):
     ordering = ["-created_at"]
 
 
+class EventAppFilter(admin.SimpleListFilter):
+    """Events of one app, by its name (``?app=acme``)."""
+
+    title = "app"
+    parameter_name = "app"
+
+    def lookups(self, request, model_admin):
+        names = App.objects.order_by("name").values_list("name", flat=True)[:APPS_LISTED]
+        return [(name, name) for name in names]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(session__app__name=value) if value else queryset
+
+
+class EventSessionFilter(admin.SimpleListFilter):
+    """Events of one session (a session's page links here): the chosen one and the
+    sessions updated last (of the chosen app), never a scan of every session."""
+
+    title = "session"
+    parameter_name = SessionRowAdmin.SESSION_LOOKUP
+
+    def lookups(self, request, model_admin):
+        sessions = Session.objects.select_related("app").order_by("-updated_at", "-id")
+        app = request.GET.get(EventAppFilter.parameter_name)
+        if app:
+            sessions = sessions.filter(app__name=app)
+        chosen = list(sessions.filter(pk=self._pk())) if self._pk() else []
+        rows = chosen + [s for s in sessions[:SESSIONS_LISTED] if s not in chosen]
+        return [(str(s.pk), f"{s.app.name} / {s.user_id} / {s.session_id}") for s in rows]
+
+    def _pk(self) -> int | None:
+        value = self.value()
+        return int(value) if value and value.isascii() and value.isdigit() else None
+
+    def queryset(self, request, queryset):
+        if self.value() is None:
+            return queryset
+        return queryset.filter(session_id=self._pk()) if self._pk() else queryset.none()
+
+
+class EventAuthorFilter(admin.SimpleListFilter):
+    """Events by their author: those of the chosen session, or of the latest events (a
+    bounded read; any author is filtered with ``?author=``, through the author index)."""
+
+    title = "author"
+    parameter_name = "author"
+
+    def lookups(self, request, model_admin):
+        events = Event.objects.all()
+        session = request.GET.get(EventSessionFilter.parameter_name, "")
+        if session.isascii() and session.isdigit():
+            events = events.filter(session_id=int(session))
+        latest = events.order_by("-id").values("author")[:AUTHOR_SAMPLE]
+        authors = sorted({row["author"] for row in latest})
+        chosen = self.value()
+        if chosen and chosen not in authors:
+            authors.insert(0, chosen)
+        return [(author, author) for author in authors[:AUTHORS_LISTED]]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(author=value) if value else queryset
+
+
+APPS_LISTED = 50
+SESSIONS_LISTED = 20
+AUTHORS_LISTED = 30
+AUTHOR_SAMPLE = 1000
+
+
 @admin.register(Event)
 class EventAdmin(ContentAdminMixin, SessionRowAdmin):
     """Events by their metadata: ids, author, kinds, sizes, times. The content, actions and
     metadata are shown only to operators holding ``ctxadmin.view_content``, on this detail
-    page, audit-logged."""
+    page, audit-logged. Filtered by app, session and author; searched by exact event id
+    (indexes ``event_event_id`` and ``event_author``), never by content."""
 
     content_fields = ("event_content",)
     list_display = [
@@ -352,16 +429,28 @@ class EventAdmin(ContentAdminMixin, SessionRowAdmin):
         "event_id",
         "invocation_id",
         "author",
-        "kinds",
+        "kind_words",
         "byte_size",
         "token_estimate",
         "timestamp",
     ]
     fields = [*list_display, "turn_complete", "content_hash", "created_at"]
     readonly_fields = fields
+    list_filter = [EventAppFilter, EventSessionFilter, EventAuthorFilter]
+    search_fields = ["event_id"]
+    search_help_text = "An event's id, exactly as the client gave it."
     # The primary key is the one index that serves an unfiltered ORDER BY … LIMIT here.
     ordering = ["-id"]
     sortable_by = ()
+
+    def get_search_results(self, request, queryset, search_term):
+        # Exactly the id (the event_id index), never a LIKE over the table.
+        term = search_term.strip()
+        return (queryset.filter(event_id=term) if term else queryset), False
+
+    @admin.display(description="kinds")
+    def kind_words(self, obj):
+        return ", ".join(kind_names(obj.kinds)) or "-"
 
     def get_queryset(self, request):
         return (

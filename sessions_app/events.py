@@ -38,6 +38,27 @@ REWIND = 128
 MARKERS = CLIENT_COMPACTION | REWIND
 # Events that are never read as ordinary history, by the context builder or by compaction.
 NOT_HISTORY = COMPACTION | MARKERS
+#: Each kind's bit and its name, in the order the console lists them.
+KIND_NAMES = (
+    (TEXT, "text"),
+    (FUNCTION_CALL, "function call"),
+    (FUNCTION_RESPONSE, "function response"),
+    (MULTIMODAL, "multimodal"),
+    (MODEL_CONTENT, "model content"),
+    (COMPACTION, "compaction"),
+    (CLIENT_COMPACTION, "client compaction"),
+    (REWIND, "rewind"),
+)
+
+
+def kind_names(kinds: int) -> list[str]:
+    """The kinds a ``kinds`` bitmask holds, as words (an unknown bit as ``bit <n>``)."""
+    names = [name for bit, name in KIND_NAMES if kinds & bit]
+    known = sum(bit for bit, _name in KIND_NAMES)
+    names += [f"bit {b}" for b in range(15) if kinds & ~known & (1 << b)]
+    return names
+
+
 KIND_BITS = {
     "text": TEXT,
     "function_call": FUNCTION_CALL,

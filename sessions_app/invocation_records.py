@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from sessions_app import history
@@ -17,16 +17,18 @@ def start(
     session: Session, invocation_id: str, provider: str, model: str, fingerprint: str
 ) -> Invocation | None:
     """The running record of a new invocation; None when the session already has one of
-    this id (the caller answers the stored one)."""
+    this id (the caller answers the stored one). The insert is its own savepoint, so a
+    repeat leaves a surrounding transaction usable for reading the stored one."""
     try:
-        return Invocation.objects.create(
-            session=session,
-            invocation_id=invocation_id,
-            status=Invocation.RUNNING,
-            provider=provider,
-            model=model,
-            request_fingerprint=fingerprint,
-        )
+        with transaction.atomic():
+            return Invocation.objects.create(
+                session=session,
+                invocation_id=invocation_id,
+                status=Invocation.RUNNING,
+                provider=provider,
+                model=model,
+                request_fingerprint=fingerprint,
+            )
     except IntegrityError:
         return None
 

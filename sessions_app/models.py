@@ -100,6 +100,9 @@ class Event(models.Model):
             # The dashboard's events per hour. Rows arrive in created_at order, so a BRIN
             # index finds a recent window for a few pages of index and no cost on append.
             BrinIndex(fields=["created_at"], autosummarize=True, name="event_created_brin"),
+            # The console's events list: searched by exact event id, filtered by author.
+            models.Index(fields=["event_id"], name="event_event_id"),
+            models.Index(fields=["author", "id"], name="event_author"),
         ]
 
     def __str__(self) -> str:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 import secrets
 import string
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ctxadmin.delegated import CredentialEnded
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.keys import digest_matches, hash_key
 from ctxadmin.models import App
@@ -157,20 +158,50 @@ def revoke(app: App, session: Session, invocation_id: str, prefix: str) -> None:
 
 
 def authenticate(raw: str) -> ToolToken | None:
-    """The live token for ``raw`` (with its app and session), or None."""
+    """The live token for ``raw`` (with its app and session); None for an unknown or wrong
+    one; ``CredentialEnded`` for a genuine one that no longer works, saying why."""
     prefix = parse_token(raw)
     if prefix is None:
         return None
     token = ToolToken.objects.select_related("app", "session").filter(prefix=prefix).first()
-    if (
-        token is None
-        or not digest_matches(raw, token.token_hash)
-        or token.revoked_at is not None
-        or token.expires_at <= timezone.now()
-    ):
+    if token is None or not digest_matches(raw, token.token_hash):
         return None
+    if token.revoked_at is not None or token.expires_at <= timezone.now():
+        raise ended(token)
     ToolToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     return token
+
+
+def _when(value) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ended(token: ToolToken) -> CredentialEnded:
+    """Why a genuine token no longer works, in words that name the kind of token (the
+    token itself is never quoted)."""
+    kind = "tool token" if token.invocation_id is not None else "user token"
+    if token.revoked_at is None:
+        at = _when(token.expires_at)
+        return CredentialEnded(
+            f"This {kind} expired at {at}; ask the app for a new one.",
+            kind=kind.replace(" ", "_"),
+            reason="expired",
+            ended_at=at,
+        )
+    at = _when(token.revoked_at)
+    reason = token.revoked_reason or "deleted"
+    message = {
+        "answered": f"This {kind} no longer works: its invocation ended at {at}, when the "
+        "function response of its call was stored.",
+        "purged": f"This {kind} no longer works: its invocation ended at {at}, when a "
+        "compaction purged its function call.",
+    }.get(reason, f"This {kind} was revoked at {at}.")
+    return CredentialEnded(
+        message,
+        kind=kind.replace(" ", "_"),
+        reason="revoked" if reason == "deleted" else reason,
+        ended_at=at,
+    )
 
 
 def token_json(token: ToolToken) -> dict:

@@ -103,7 +103,12 @@ class WorkerProcess:
 
 
 def start_celery_worker(
-    work_dir: Path, *, env: dict | None = None, beat: bool = False, concurrency: int = 1
+    work_dir: Path,
+    *,
+    env: dict | None = None,
+    beat: bool = False,
+    concurrency: int = 1,
+    loglevel: str = "INFO",
 ) -> WorkerProcess:
     """A real ``celery worker`` process against this run's test database and queue (or the
     broker ``env`` names), with the embedded beat when ``beat``; returns once it is ready."""
@@ -117,7 +122,9 @@ def start_celery_worker(
         "CTXADMIN_DB_POOL": "false",
         **(env or {}),
     }
-    argv = stack.celery_worker_argv(hostname, concurrency, "--without-gossip", "--without-mingle")
+    argv = stack.celery_worker_argv(
+        hostname, concurrency, "--without-gossip", "--without-mingle", loglevel=loglevel
+    )
     if beat:
         argv += ["--beat", "--schedule", str(work_dir / f"beat-{hostname.split('@')[0]}")]
     process = spawn(argv, environment, log_path)

@@ -118,13 +118,17 @@ def column_chart(
     count = len(slots)
     if any(len(item.values) != count for item in series):
         raise ValueError("every series needs one value per slot")
-    top = 22 if len(series) > 1 else 10
+    top = 22
     left, right, bottom = 46, 8, 22
     plot_w, plot_h = WIDTH - left - right, height - top - bottom
     stacks = [sum(max(item.values[i], 0) for item in series) for i in range(count)]
     total = sum(stacks)
     peak = nice_ceiling(max(stacks, default=0))
-    body: list[str] = []
+    # The vertical axis says what it counts, readable without hovering.
+    body: list[str] = [
+        f'<text class="axis-title" x="4" y="12" fill="currentColor" opacity="0.75" {_FONT}>'
+        f"{escape(unit)} per hour</text>"
+    ]
     if len(series) > 1:
         body.append(_legend(series))
     for fraction in (0, 0.5, 1):
@@ -169,16 +173,27 @@ def column_chart(
 
 
 def bar_list(
-    name: str, label: str, rows: list[tuple[str, float]], *, unit: str, color: str = "blue"
+    name: str,
+    label: str,
+    rows: list[tuple[str, float]],
+    *,
+    unit: str,
+    color: str = "blue",
+    row_title: str = "app",
 ) -> str:
-    """Horizontal bars, one per row (label, value), longest for the largest value."""
-    row_h, label_w, value_w = 24, 150, 70
-    height = max(len(rows), 1) * row_h + 8
+    """Horizontal bars, one per row (label, value), longest for the largest value, under a
+    header naming the rows (``row_title``) and what the bars count (``unit``)."""
+    row_h, label_w, value_w, head = 24, 150, 70, 18
+    height = max(len(rows), 1) * row_h + 8 + head
     peak = max((value for _label, value in rows), default=0) or 1
     span = WIDTH - label_w - value_w - 12
-    body: list[str] = []
+    body: list[str] = [
+        f'<g class="axis-title" fill="currentColor" opacity="0.75">'
+        f'<text x="{label_w - 8}" y="12" text-anchor="end" {_FONT}>{escape(row_title)}</text>'
+        f'<text x="{label_w}" y="12" {_FONT}>{escape(unit)}</text></g>'
+    ]
     for i, (row_label, value) in enumerate(rows):
-        y = 4 + i * row_h
+        y = head + 4 + i * row_h
         width = span * max(value, 0) / peak
         body.append(
             f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end" fill="currentColor" '
@@ -193,9 +208,9 @@ def bar_list(
             )
         body.append(
             f'<text x="{label_w + max(width, 0) + 6:.1f}" y="{y + 15}" fill="currentColor" '
-            f"{_FONT}>{number(value)}</text>"
+            f"{_FONT}>{number(value)} {escape(unit)}</text>"
         )
     total = sum(value for _label, value in rows)
     if not rows:
-        body.append(_empty(height))
+        body.append(_empty(height, head))
     return _root(name, label, total, height, body)

@@ -115,6 +115,7 @@ def present(data: dict) -> dict:
             list(outbox["active_by_phase"].items()),
             unit="jobs",
             color="orange",
+            row_title="phase",
         ),
         "outbox_ended": columns(
             "outbox_ended",

@@ -106,6 +106,9 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         text = f"{field}: {message}" if field else message
         # The one envelope's shape: the first offending field's path, as services name it.
         body = envelope("validation_error", text, {"field": field or "body"})
+    elif isinstance(getattr(exc, "code", None), str) and isinstance(exc, exceptions.APIException):
+        # An API exception of our own that carries its stable code (an ended token's 401).
+        body = envelope(exc.code, str(exc.detail), getattr(exc, "details", None))
     elif isinstance(exc, exceptions.Throttled):
         body = envelope("throttled", "Too many requests.", {"retry_after_seconds": exc.wait})
     elif isinstance(exc, exceptions.APIException):

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from django.http.request import HttpHeaders
 from rest_framework import exceptions
 
-from ctxadmin.auth import ApiKeyAuthentication
+from ctxadmin.auth import ApiKeyAuthentication, TokenEnded
 from ctxadmin.delegated import DelegatedCredential
 from ctxadmin.models import ApiKey, App
 
@@ -39,10 +39,13 @@ class Caller:
 
 def authenticate(environ: dict) -> Caller | None:
     """The caller of a request by its ``Authorization`` header, with exactly the REST API's
-    code (``ctxadmin.auth``); None for a missing, unknown, wrong, expired or revoked one."""
+    code (``ctxadmin.auth``); None for a missing, unknown, wrong or revoked one. A genuine
+    token that ended raises ``TokenEnded``, whose message says why."""
     request = SimpleNamespace(META=environ, headers=HttpHeaders(environ))
     try:
         found = ApiKeyAuthentication().authenticate(request)
+    except TokenEnded:
+        raise
     except exceptions.AuthenticationFailed:
         return None
     if found is None:

@@ -23,13 +23,17 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 
+from ctxadmin.auth import TokenEnded
 from runner.mcp.caller import ENVIRON_KEY, authenticate
 
 PATHS = ("/mcp", "/mcp/")
 
 
-def _envelope(start_response, status: str, code: str, message: str, headers=()) -> list[bytes]:
-    body = json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode()
+def _envelope(
+    start_response, status: str, code: str, message: str, headers=(), details=None
+) -> list[bytes]:
+    error = {"code": code, "message": message, "details": details or {}}
+    body = json.dumps({"error": error}).encode()
     start_response(
         status,
         [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers],
@@ -174,6 +178,16 @@ class McpDispatcher:
         close_old_connections()
         try:
             caller = authenticate(environ)
+        except TokenEnded as ended:
+            # A genuine token that stopped working says so, as the REST API does.
+            return _envelope(
+                start_response,
+                "401 Unauthorized",
+                ended.code,
+                str(ended.detail),
+                [("WWW-Authenticate", 'Bearer realm="ctxadmin"')],
+                ended.details,
+            )
         finally:
             close_old_connections()
         if caller is None:

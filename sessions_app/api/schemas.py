@@ -299,7 +299,13 @@ COMPONENTS = {
                             "exclude": {"type": "array", "items": {"enum": list(CONTENT_TYPES)}},
                         }
                     ),
-                    "timestamp": strict({"from": _TIMESTAMP, "to": _TIMESTAMP}),
+                    # Either end may be null: no bound on that side (as the policy reads it).
+                    "timestamp": strict(
+                        {
+                            "from": {**_TIMESTAMP, "nullable": True},
+                            "to": {**_TIMESTAMP, "nullable": True},
+                        }
+                    ),
                     "include_partial": {"type": "boolean"},
                     "final_only": {"type": "boolean"},
                 }

@@ -56,7 +56,7 @@ def test_checkpoint_pages_show_ids_and_numbers_not_the_summary(operator, checkpo
         shown = operator.get(page)
         assert shown.status_code == 200, page
         assert str(checkpoint.pk).encode() in shown.content
-        assert b"session s" in shown.content and b"user alice" in shown.content
+        assert b"acme / alice / s" in shown.content  # the app's name, the user, the session
         assert DISTINCTIVE.encode() not in shown.content
     filtered = operator.get(f"{CHECKPOINTS}?status=active&origin=manual&representation=summary")
     assert filtered.status_code == 200

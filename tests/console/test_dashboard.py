@@ -320,3 +320,21 @@ def test_a_bar_list_draws_zero_rows_without_a_bar():
     svg = charts.bar_list("b", "b", [("pending", 3), ("running", 0)], unit="jobs")
     assert svg.count("<rect ") == 1 and 'data-value="3"' in svg and ">running<" in svg
     assert "nothing in this window" in charts.bar_list("n", "n", [], unit="x")
+
+
+def _visible_text(svg: str) -> list[str]:
+    """The texts drawn on the chart (tooltips, read only when hovering, left out)."""
+    return re.findall(r"<text[^>]*>([^<]*)</text>", re.sub(r"<title>.*?</title>", "", svg))
+
+
+def test_the_memory_bars_say_what_they_count_without_hovering(operator, owner):
+    owner.client().post(
+        "/api/v1/apps/acme/users/u/memories", {"content": "Alice likes tea"}, format="json"
+    )
+    svg = operator.get("/admin/dashboard/data.json").json()["charts"]
+    texts = _visible_text(svg["memory"])
+    assert texts[:2] == ["app", "entries"]  # the header: rows are apps, bars count entries
+    assert "acme" in texts and "1 entries" in texts
+    assert _visible_text(svg["searches_per_app"])[:2] == ["app", "searches"]
+    assert "searches per hour" in _visible_text(svg["searches"])
+    assert _visible_text(svg["outbox_backlog"])[:2] == ["phase", "jobs"]

@@ -119,6 +119,7 @@ class Command(BaseCommand):
                     "celery",
                     "-A",
                     "config",
+                    "--quiet",
                     "beat",
                     "--loglevel",
                     "INFO",
