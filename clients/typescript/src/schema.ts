@@ -12,6 +12,7 @@ export interface paths {
             cookie?: never;
         };
         /**
+         * Content-free counts about the app
          * @description ``GET``: counts about the app (``diagnostics`` scope; never content).
          *     ``PATCH``: change its settings (``admin`` scope).
          */
@@ -22,6 +23,7 @@ export interface paths {
         options?: never;
         head?: never;
         /**
+         * Change the app's display name
          * @description ``GET``: counts about the app (``diagnostics`` scope; never content).
          *     ``PATCH``: change its settings (``admin`` scope).
          */
@@ -37,7 +39,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description A lease on the provider cache of `prefix` in `scope`: `created` (this call's create), `hit` (an existing entry, or one created by a concurrent caller it joined: `waited`), or `bypass` with a `reason` (`below_minimum`, `registry_full`, `deadline_exceeded`, `provider_error`, `too_many_waiters`); the caller then sends the whole request uncached. Answers by `timeout_ms` at the latest. 400 `sensitive_cache_scope` when the policy names a secret; 400 `ttl_exceeds_max`; 502 `cache_provider_error` when the create failed and the policy's `failure_mode` is `error`. */
+        /**
+         * Lease the provider cache of a prefix (create, hit or bypass)
+         * @description A lease on the provider cache of `prefix` in `scope`: `created` (this call's create), `hit` (an existing entry, or one created by a concurrent caller it joined: `waited`), or `bypass` with a `reason` (`below_minimum`, `registry_full`, `deadline_exceeded`, `provider_error`, `too_many_waiters`); the caller then sends the whole request uncached. Answers by `timeout_ms` at the latest. 400 `sensitive_cache_scope` when the policy names a secret; 400 `ttl_exceeds_max`; 502 `cache_provider_error` when the create failed and the policy's `failure_mode` is `error`.
+         */
         post: operations["cache_acquire"];
         delete?: never;
         options?: never;
@@ -54,7 +59,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Invalidate one exact scope (by `scope` or `scope_fingerprint`), across its prefixes and TTLs: its generation is bumped so every earlier lease resolves to `lease_expired`, and the provider deletes of its entries are queued. 404 for a scope that never acquired. */
+        /**
+         * Invalidate one cache scope
+         * @description Invalidate one exact scope (by `scope` or `scope_fingerprint`), across its prefixes and TTLs: its generation is bumped so every earlier lease resolves to `lease_expired`, and the provider deletes of its entries are queued. 404 for a scope that never acquired.
+         */
         post: operations["cache_invalidate"];
         delete?: never;
         options?: never;
@@ -69,7 +77,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Content-free status of a scope: entry counts by state, waiters, expiries and its live entries' fingerprints. */
+        /**
+         * A cache scope's content-free status
+         * @description Content-free status of a scope: entry counts by state, waiters, expiries and its live entries' fingerprints.
+         */
         get: operations["cache_scope_status"];
         put?: never;
         post?: never;
@@ -86,12 +97,21 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The app's default compaction policy (sessions without their own use it). */
+        /**
+         * The app's default compaction policy
+         * @description The app's default compaction policy (sessions without their own use it).
+         */
         get: operations["app_compaction_policy_get"];
-        /** @description The app's default compaction policy (sessions without their own use it). */
+        /**
+         * Set the app's default compaction policy
+         * @description The app's default compaction policy (sessions without their own use it).
+         */
         put: operations["app_compaction_policy_put"];
         post?: never;
-        /** @description The app's default compaction policy (sessions without their own use it). */
+        /**
+         * Remove the app's default compaction policy
+         * @description The app's default compaction policy (sessions without their own use it).
+         */
         delete: operations["app_compaction_policy_delete"];
         options?: never;
         head?: never;
@@ -105,7 +125,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The calling key's own metadata (never its secret). Needs no scope. */
+        /**
+         * The calling key's own metadata
+         * @description The calling key's own metadata (never its secret). Needs no scope.
+         */
         get: operations["current_api_key"];
         put?: never;
         post?: never;
@@ -122,10 +145,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The app's keys, newest first (``admin`` scope). Secrets are never retrievable. */
+        /**
+         * List the app's API keys
+         * @description The app's keys, newest first (``admin`` scope). Secrets are never retrievable.
+         */
         get: operations["api_keys_list"];
         put?: never;
-        /** @description A new key of the app with the scopes given; its secret (`key`) is in this answer only. */
+        /**
+         * Create an API key (its secret shown once)
+         * @description A new key of the app with the scopes given; its secret (`key`) is in this answer only.
+         */
         post: operations["api_keys_create"];
         delete?: never;
         options?: never;
@@ -140,11 +169,17 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description One key of the app by prefix; ``DELETE`` revokes it (``admin`` scope). */
+        /**
+         * One API key by prefix
+         * @description One key of the app by prefix; ``DELETE`` revokes it (``admin`` scope).
+         */
         get: operations["api_key_get"];
         put?: never;
         post?: never;
-        /** @description One key of the app by prefix; ``DELETE`` revokes it (``admin`` scope). */
+        /**
+         * Revoke an API key
+         * @description One key of the app by prefix; ``DELETE`` revokes it (``admin`` scope).
+         */
         delete: operations["api_key_revoke"];
         options?: never;
         head?: never;
@@ -161,6 +196,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
+         * Replace an API key with a new one and revoke it
          * @description ``POST``: a new key with the old one's scopes and name; the old one is revoked at once
          *     (``admin`` scope). Rotating the calling key itself is allowed: its next request is 401.
          */
@@ -178,9 +214,15 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The app's memory policy (absent: the defaults, ``source: "default"``). */
+        /**
+         * The app's memory policy
+         * @description The app's memory policy (absent: the defaults, ``source: "default"``).
+         */
         get: operations["memory_policy_get"];
-        /** @description Replace the policy whole (a field left out takes its default). TTL and retention apply to entries written from then on. */
+        /**
+         * Replace the app's memory policy
+         * @description Replace the policy whole (a field left out takes its default). TTL and retention apply to entries written from then on.
+         */
         put: operations["memory_policy_put"];
         post?: never;
         delete?: never;
@@ -196,6 +238,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
+        /** An ingestion job's status */
         get: operations["outbox_job_get"];
         put?: never;
         post?: never;
@@ -214,7 +257,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Cancel an active job: a running job stops before its next batch (what it wrote stays). Cancelling a cancelled job answers it again; a completed or failed job is 409 `outbox_job_ended`. */
+        /**
+         * Cancel an active ingestion job
+         * @description Cancel an active job: a running job stops before its next batch (what it wrote stays). Cancelling a cancelled job answers it again; a completed or failed job is 409 `outbox_job_ended`.
+         */
         post: operations["outbox_job_cancel"];
         delete?: never;
         options?: never;
@@ -229,6 +275,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
+        /** Content-free counts of the app's ingestion outbox */
         get: operations["outbox_stats"];
         put?: never;
         post?: never;
@@ -246,6 +293,7 @@ export interface paths {
             cookie?: never;
         };
         /**
+         * List the app's sessions of every user
          * @description The app's sessions of every user (or of ``user_id``), oldest activity first by
          *     default (ADK's ``list_sessions`` order).
          */
@@ -265,7 +313,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description What the calling tool token is bound to (its ``identity`` capability). */
+        /**
+         * What the calling tool token is bound to
+         * @description What the calling tool token is bound to (its ``identity`` capability).
+         */
         get: operations["tool_token_identity"];
         put?: never;
         post?: never;
@@ -282,17 +333,24 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The user's unexpired memories, newest first. `filter` is the search's filter object as URL-encoded JSON (e.g. `filter={"topic":"travel"}`). */
+        /**
+         * List the user's memories
+         * @description The user's unexpired memories, newest first. `filter` is the search's filter object as URL-encoded JSON (e.g. `filter={"topic":"travel"}`).
+         */
         get: operations["memories_list"];
         put?: never;
         /**
+         * Add a memory
          * @description ``GET``: the user's memories, newest first, by cursor (``?filter=`` as in search).
          *     ``POST``: add a memory (idempotent with ``idempotency_key``). ``DELETE``: erase a
          *     session's memories (``?session_id=``) or, with ``{"confirm": "erase user <user>"}``, the
          *     user's whole memory.
          */
         post: operations["memories_add"];
-        /** @description With `session_id`: erase that session's memories (no body). Without it: erase the user's whole memory; the body must be `{"confirm": "erase user <user>"}`. With `session_id`, 404 `not_found` when there is nothing to erase; a user with nothing left gets 200 and a receipt of zero counts (a retried erasure succeeds). 409 `legal_hold` under a legal hold; 409 `memory_retained` when a session's entry is still in its retention period. */
+        /**
+         * Erase the user's memories (or one session's)
+         * @description With `session_id`: erase that session's memories (no body). Without it: erase the user's whole memory; the body must be `{"confirm": "erase user <user>"}`. With `session_id`, 404 `not_found` when there is nothing to erase; a user with nothing left gets 200 and a receipt of zero counts (a retried erasure succeeds). 409 `legal_hold` under a legal hold; 409 `memory_retained` when a session's entry is still in its retention period.
+         */
         delete: operations["memories_erase"];
         options?: never;
         head?: never;
@@ -306,10 +364,14 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
+        /** One memory by id */
         get: operations["memories_get"];
         put?: never;
         post?: never;
-        /** @description Erase one entry (an erasure receipt is kept). 409 `legal_hold` under a legal hold; 409 `memory_retained` within the entry's retention period. */
+        /**
+         * Erase one memory
+         * @description Erase one entry (an erasure receipt is kept). 409 `legal_hold` under a legal hold; 409 `memory_retained` within the entry's retention period.
+         */
         delete: operations["memories_delete"];
         options?: never;
         head?: never;
@@ -323,9 +385,15 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The user's consent to long-term memory, as the app records it. */
+        /**
+         * The user's consent to long-term memory
+         * @description The user's consent to long-term memory, as the app records it.
+         */
         get: operations["memory_consent_get"];
-        /** @description The user's consent to long-term memory, as the app records it. */
+        /**
+         * Record the user's consent to long-term memory
+         * @description The user's consent to long-term memory, as the app records it.
+         */
         put: operations["memory_consent_put"];
         post?: never;
         delete?: never;
@@ -342,6 +410,7 @@ export interface paths {
             cookie?: never;
         };
         /**
+         * The user's current erasure epoch
          * @description The scope's current erasure epoch: queued work records it and sends it back as
          *     ``erasure_epoch``; a user erasure in between makes the write stale (409).
          */
@@ -364,6 +433,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
+         * Add memories from events (ADK's add_events_to_memory)
          * @description ``{"session_id"?, "events": [...], "custom_metadata"?}``: user and model text become
          *     memories; partial, control, empty and credential-bearing events are skipped; repeats are
          *     duplicates (keyed by session and event id, or by event id alone without a session).
@@ -384,7 +454,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description 202 with the job (new) or 200 with `deduplicated: true` (the same events at the same erasure epoch were admitted already; a failed or cancelled job of them starts afresh instead, 202). 404 for a session not in this scope; 422 `nothing_to_ingest`; 403 `consent_required`; 429 `outbox_capacity_exceeded` (details name the limit) or `terminal_retention_full`. */
+        /**
+         * Queue a session's events for memory ingestion
+         * @description 202 with the job (new) or 200 with `deduplicated: true` (the same events at the same erasure epoch were admitted already; a failed or cancelled job of them starts afresh instead, 202). 404 for a session not in this scope; 422 `nothing_to_ingest`; 403 `consent_required`; 429 `outbox_capacity_exceeded` (details name the limit) or `terminal_retention_full`.
+         */
         post: operations["memories_ingestions_admit"];
         delete?: never;
         options?: never;
@@ -399,12 +472,21 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description A legal hold on the user's memory: no erasure, no expiry purge while it lasts. */
+        /**
+         * The legal hold on the user's memory
+         * @description A legal hold on the user's memory: no erasure, no expiry purge while it lasts.
+         */
         get: operations["memory_legal_hold_get"];
-        /** @description Place the hold (idempotent; no body, or `{}`). */
+        /**
+         * Place a legal hold on the user's memory
+         * @description Place the hold (idempotent; no body, or `{}`).
+         */
         put: operations["memory_legal_hold_put"];
         post?: never;
-        /** @description Lift the user's hold (404 when there is none; an app-wide hold is part of the app's policy). */
+        /**
+         * Lift the legal hold on the user's memory
+         * @description Lift the user's hold (404 when there is none; an app-wide hold is part of the app's policy).
+         */
         delete: operations["memory_legal_hold_delete"];
         options?: never;
         head?: never;
@@ -420,6 +502,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
+        /** Search the user's memories (lexical, vector or hybrid) */
         post: operations["memories_search"];
         delete?: never;
         options?: never;
@@ -434,10 +517,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description A user's sessions, newest activity first by default, by cursor; or create one. */
+        /**
+         * List a user's sessions
+         * @description A user's sessions, newest activity first by default, by cursor; or create one.
+         */
         get: operations["sessions_list"];
         put?: never;
-        /** @description A user's sessions, newest activity first by default, by cursor; or create one. */
+        /**
+         * Create a session
+         * @description A user's sessions, newest activity first by default, by cursor; or create one.
+         */
         post: operations["sessions_create"];
         delete?: never;
         options?: never;
@@ -452,11 +541,17 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description One session with its state and events; ``DELETE`` removes it with its events. */
+        /**
+         * A session with its state and events
+         * @description One session with its state and events; ``DELETE`` removes it with its events.
+         */
         get: operations["sessions_get"];
         put?: never;
         post?: never;
-        /** @description One session with its state and events; ``DELETE`` removes it with its events. */
+        /**
+         * Delete a session with its events and state
+         * @description One session with its state and events; ``DELETE`` removes it with its events.
+         */
         delete: operations["sessions_delete"];
         options?: never;
         head?: never;
@@ -470,7 +565,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The session's artifact names with the user's `user:` names, by name. The session need not exist (then only the user's names are listed). */
+        /**
+         * List the session's artifact names
+         * @description The session's artifact names with the user's `user:` names, by name. The session need not exist (then only the user's names are listed).
+         */
         get: operations["artifacts_list"];
         put?: never;
         post?: never;
@@ -487,11 +585,18 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The latest version (or `version`) with its bytes: as JSON with `data_base64`, or with `format=raw` the bytes themselves under their stored mime type (headers `ETag` = the SHA-256, `X-Artifact-Version`). 404 when there is none. */
+        /**
+         * Load an artifact version with its bytes
+         * @description The latest version (or `version`) with its bytes: as JSON with `data_base64`, or with `format=raw` the bytes themselves under their stored mime type (headers `ETag` = the SHA-256, `X-Artifact-Version`). 404 when there is none.
+         */
         get: operations["artifacts_load"];
         put?: never;
-        /** @description Save the next version of the artifact (0 for a new name). A JSON body (`Content-Type: application/json`) is an `ArtifactSave`; any other body, or any body with `format=raw`, is the artifact itself and its Content-Type its mime type (default application/octet-stream). 404 for a session-scoped name of a missing session; 413 `artifact_too_large`; 409 `artifact_version_limit`. */
+        /**
+         * Save the next version of an artifact
+         * @description Save the next version of the artifact (0 for a new name). A JSON body (`Content-Type: application/json`) is an `ArtifactSave`; any other body, or any body with `format=raw`, is the artifact itself and its Content-Type its mime type (default application/octet-stream). 404 for a session-scoped name of a missing session; 413 `artifact_too_large`; 409 `artifact_version_limit`.
+         */
         post: operations["artifacts_save"];
+        /** Delete an artifact and all its versions */
         delete: operations["artifacts_delete"];
         options?: never;
         head?: never;
@@ -507,7 +612,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Attach a stored version (`{"version"?}`, default the latest) to the conversation: an event whose `actions.artifact_delta` names it is appended to the session, authored by the calling tool (or `{"author"}` with an API key). */
+        /**
+         * Attach an artifact version to the session as an event
+         * @description Attach a stored version (`{"version"?}`, default the latest) to the conversation: an event whose `actions.artifact_delta` names it is appended to the session, authored by the calling tool (or `{"author"}` with an API key).
+         */
         post: operations["artifacts_attach"];
         delete?: never;
         options?: never;
@@ -522,7 +630,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The artifact's versions, oldest first, without their bytes. */
+        /**
+         * List an artifact's versions
+         * @description The artifact's versions, oldest first, without their bytes.
+         */
         get: operations["artifacts_versions"];
         put?: never;
         post?: never;
@@ -539,12 +650,21 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description A session's own compaction policy (replacing the app default whole). */
+        /**
+         * A session's own compaction policy
+         * @description A session's own compaction policy (replacing the app default whole).
+         */
         get: operations["session_compaction_policy_get"];
-        /** @description A session's own compaction policy (replacing the app default whole). */
+        /**
+         * Set a session's own compaction policy
+         * @description A session's own compaction policy (replacing the app default whole).
+         */
         put: operations["session_compaction_policy_put"];
         post?: never;
-        /** @description A session's own compaction policy (replacing the app default whole). */
+        /**
+         * Remove a session's own compaction policy
+         * @description A session's own compaction policy (replacing the app default whole).
+         */
         delete: operations["session_compaction_policy_delete"];
         options?: never;
         head?: never;
@@ -558,10 +678,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description A session's compactions, newest first; ``POST`` requests one. */
+        /**
+         * List a session's compactions
+         * @description A session's compactions, newest first; ``POST`` requests one.
+         */
         get: operations["compactions_list"];
         put?: never;
-        /** @description A session's compactions, newest first; ``POST`` requests one. */
+        /**
+         * Compact a session's history now
+         * @description A session's compactions, newest first; ``POST`` requests one.
+         */
         post: operations["compactions_request"];
         delete?: never;
         options?: never;
@@ -576,6 +702,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
+        /** One compaction of a session */
         get: operations["compactions_get"];
         put?: never;
         post?: never;
@@ -594,7 +721,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Build the bounded, secret-free request for the next model call. */
+        /**
+         * Build the bounded context for the next model call
+         * @description Build the bounded, secret-free request for the next model call.
+         */
         post: operations["context_build"];
         delete?: never;
         options?: never;
@@ -609,10 +739,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Events in seq order by cursor, with the context builder's filters; or append. */
+        /**
+         * List a session's events in order
+         * @description Events in seq order by cursor, with the context builder's filters; or append.
+         */
         get: operations["events_list"];
         put?: never;
-        /** @description Events in seq order by cursor, with the context builder's filters; or append. */
+        /**
+         * Append events (one or a batch)
+         * @description Events in seq order by cursor, with the context builder's filters; or append.
+         */
         post: operations["events_append"];
         delete?: never;
         options?: never;
@@ -629,7 +765,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Append the input, build the context (compacting under token pressure, preloading memory), reuse the provider's prefix cache, call the model, append its answer and ingest: 201 with the model's content and content-free accounting; 200 when the same `invocation_id` and request already completed (the stored answer). 409 `invocation_conflict` (the id was used for another request), `invocation_in_progress`, `invocation_failed`. Provider failures: 429 `provider_rate_limited` (Retry-After), 504 `provider_timeout`, 503 `provider_unavailable`, 502 `provider_rejected` / `provider_auth_failed` / `provider_bad_response`; the input stays stored. */
+        /**
+         * Run one model call with managed context and memory
+         * @description Append the input, build the context (compacting under token pressure, preloading memory), reuse the provider's prefix cache, call the model, append its answer and ingest: 201 with the model's content and content-free accounting; 200 when the same `invocation_id` and request already completed (the stored answer). 409 `invocation_conflict` (the id was used for another request), `invocation_in_progress`, `invocation_failed`. Provider failures: 429 `provider_rate_limited` (Retry-After), 504 `provider_timeout`, 503 `provider_unavailable`, 502 `provider_rejected` / `provider_auth_failed` / `provider_bad_response`; the input stays stored.
+         */
         post: operations["invocations_run"];
         delete?: never;
         options?: never;
@@ -646,7 +785,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Mint a least-authority token for a function call the model made in this invocation: `{tool_name, capabilities, ttl_ms?, function_call_id?}`; the token (shown once) can do only `identity` and the listed capabilities on this user and session, until `ttl_ms` passes (default 300000, at most 3600000), it is deleted, or the call's function response is appended. 422 `no_such_function_call`; 409 `function_call_answered`; 429 `too_many_tool_tokens`. */
+        /**
+         * Mint a tool token for a function call the model made
+         * @description Mint a least-authority token for a function call the model made in this invocation: `{tool_name, capabilities, ttl_ms?, function_call_id?}`; the token (shown once) can do only `identity` and the listed capabilities on this user and session, until `ttl_ms` passes (default 300000, at most 3600000), it is deleted, or the call's function response is appended. 422 `no_such_function_call`; 409 `function_call_answered`; 429 `too_many_tool_tokens`.
+         */
         post: operations["tool_tokens_mint"];
         delete?: never;
         options?: never;
@@ -664,6 +806,7 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
+        /** Revoke a tool token */
         delete: operations["tool_tokens_revoke"];
         options?: never;
         head?: never;
@@ -677,7 +820,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The session's state with the user's ``user:`` and the app's ``app:`` keys. */
+        /**
+         * The session's state with the user: and app: state
+         * @description The session's state with the user's ``user:`` and the app's ``app:`` keys.
+         */
         get: operations["session_state"];
         put?: never;
         post?: never;
@@ -694,7 +840,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The user's ``user:`` state and the app's ``app:`` state, readable before any session. */
+        /**
+         * The user's user: and app: state
+         * @description The user's ``user:`` state and the app's ``app:`` state, readable before any session.
+         */
         get: operations["user_state"];
         put?: never;
         post?: never;
@@ -711,10 +860,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The user's tokens, newest first (never their secrets). */
+        /**
+         * List the user's tokens
+         * @description The user's tokens, newest first (never their secrets).
+         */
         get: operations["user_tokens_list"];
         put?: never;
-        /** @description Mint a least-authority token for this user, e.g. for an MCP client or one agent run: `{capabilities, session_id?, ttl_ms?, label?}`. The token (shown once) can do only `identity` and the listed capabilities for this user (and only that session when `session_id` is given), until `ttl_ms` passes (default 3600000, at most 30 days) or it is revoked. 404 for an unknown session; 429 `too_many_user_tokens` (at most 100 open per user). */
+        /**
+         * Mint a user token (e.g. for an MCP client)
+         * @description Mint a least-authority token for this user, e.g. for an MCP client or one agent run: `{capabilities, session_id?, ttl_ms?, label?}`. The token (shown once) can do only `identity` and the listed capabilities for this user (and only that session when `session_id` is given), until `ttl_ms` passes (default 3600000, at most 30 days) or it is revoked. 404 for an unknown session; 429 `too_many_user_tokens` (at most 100 open per user).
+         */
         post: operations["user_tokens_mint"];
         delete?: never;
         options?: never;
@@ -729,9 +884,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
+        /** One user token by prefix */
         get: operations["user_token_get"];
         put?: never;
         post?: never;
+        /** Revoke a user token */
         delete: operations["user_tokens_revoke"];
         options?: never;
         head?: never;
@@ -1217,8 +1374,8 @@ export interface components {
                     exclude?: ("text" | "function_call" | "function_response" | "multimodal" | "model_content")[];
                 };
                 timestamp?: {
-                    from?: string | number;
-                    to?: string | number;
+                    from?: (string | number) | null;
+                    to?: (string | number) | null;
                 };
                 include_partial?: boolean;
                 final_only?: boolean;
