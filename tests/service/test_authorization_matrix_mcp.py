@@ -80,9 +80,16 @@ def _listed(credential: str) -> set[str]:
 
 
 def _snapshot(world: dict) -> tuple:
+    """This app's memory written through the API, what an intruder would have written, and
+    the session's events (an ingestion worker may add memories meanwhile: not compared)."""
     app = world["owner"].app
     return (
-        sorted(MemoryEntry.objects.filter(app=app).values_list("id", "content", "updated_at")),
+        list(
+            MemoryEntry.objects.filter(app=app, pk=world["memory_id"]).values_list(
+                "content", "updated_at"
+            )
+        ),
+        MemoryEntry.objects.filter(app=app, content="an intruder's note").count(),
         Event.objects.filter(session__app=app).count(),
     )
 
