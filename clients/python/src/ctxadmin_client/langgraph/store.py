@@ -1,0 +1,252 @@
+"""``CtxAdminStore``: LangGraph's ``BaseStore`` on ctxadmin's long-term memory.
+
+**Mapping.** A namespace's first label names the ctxadmin user whose memory holds the item
+(``("alice", "prefs")`` lives in user ``alice``'s memory, so erasing ``alice`` erases her
+items, and a search never crosses users); it must be a valid user id (1-128 characters of
+``A-Z a-z 0-9 . _ : @ -``, starting with a letter or digit). Each item is one memory: its
+content is the value as JSON (what lexical and vector search read), its metadata holds the
+whole namespace (``lg.namespace``), one key per label after the first (``lg.ns.1``, ...,
+for prefix filters the server applies), the depth (``lg.depth``), the key (``lg.key``) and
+the put's ``index`` (``lg.index``). A put of a namespace and key adds the new memory, then
+deletes the one it replaces; a put of ``None`` deletes it.
+
+**Reads.** ``get`` is the newest memory of the namespace and key. ``search`` without a
+query lists the prefix's memories newest first; with a query it is ctxadmin's hybrid search
+in the user's memory (``score`` is the hit's score; only hits with evidence are returned).
+The value ``filter`` keeps LangGraph's semantics and is applied by this adapter: equality
+(dicts field by field, lists element by element), ``$eq``, ``$ne``, and ``$gt``/``$gte``/
+``$lt``/``$lte``, which compare numbers as numbers and strings as strings (see
+``_filters``). ``list_namespaces`` needs a prefix condition whose first label names the
+user. As in LangGraph's in-memory store, a batch's reads see the store as it was before the
+batch's puts, and the last put of a namespace and key wins.
+
+**Limits.** Memory's: a value's JSON at most ``CTXADMIN_MEMORY_MAX_CONTENT_BYTES`` (32 KiB by
+default); a value that looks like it carries a credential is refused (422
+``sensitive_memory_content``); a namespace's labels and key within
+``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Items have no TTL (``supports_ttl`` is False: a
+``ttl`` is refused by LangGraph before it reaches the store); the app's memory policy
+(``default_ttl_seconds``) expires them. ``abatch`` runs ``batch`` in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from ctxadmin_client import Client, NotFoundError
+from ctxadmin_client.langgraph import _filters
+from ctxadmin_client.langgraph._connection import Connection
+
+NAMESPACE = "lg.namespace"
+KEY = "lg.key"
+DEPTH = "lg.depth"
+INDEX = "lg.index"
+#: Memories read per page while listing.
+PAGE_SIZE = 200
+#: Hits asked of a semantic search (the API's maximum).
+SEARCH_LIMIT = 100
+
+
+def _label_key(position: int) -> str:
+    return f"lg.ns.{position}"
+
+
+def _user(namespace: tuple[str, ...], what: str) -> str:
+    if not namespace or namespace[0] == "*":
+        raise ValueError(
+            f"{what} needs a namespace (prefix) whose first label names the ctxadmin user"
+        )
+    return namespace[0]
+
+
+def _scope_filter(prefix: tuple[str, ...], *, exact: bool = False) -> dict[str, Any]:
+    """The memory filter of the items under ``prefix`` (the user aside), or in exactly it."""
+    found: dict[str, Any] = {KEY: {"$exists": True}}
+    for position, label in enumerate(prefix[1:], start=1):
+        if label != "*":
+            found[_label_key(position)] = label
+    if exact:
+        found[DEPTH] = len(prefix)
+    return found
+
+
+def _item(entry: Mapping[str, Any], score: float | None = None, *, scored: bool = False):
+    metadata = entry["metadata"]
+    when = datetime.fromisoformat(entry["created_at"].replace("Z", "+00:00"))
+    fields = {
+        "namespace": tuple(metadata[NAMESPACE]),
+        "key": metadata[KEY],
+        "value": json.loads(entry["content"]),
+        "created_at": when,
+        "updated_at": when,
+    }
+    if scored:
+        return SearchItem(**fields, score=score)
+    return Item(**fields)
+
+
+class CtxAdminStore(BaseStore):
+    """LangGraph's long-term memory store kept in ctxadmin app ``app`` (an API key with the
+    ``memory`` scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/
+    ``CTXADMIN_API_KEY``) make the client, or pass a ready one as ``client``.
+    ``search_mode``: ``hybrid`` (default), ``lexical`` or ``vector``."""
+
+    supports_ttl = False
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        app: str,
+        client: Client | None = None,
+        search_mode: str | None = None,
+        **client_options: Any,
+    ) -> None:
+        self._connection = Connection(base_url, api_key, app=app, client=client, **client_options)
+        self.app = app
+        self.search_mode = search_mode
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> CtxAdminStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def _client(self) -> Client:
+        return self._connection.client
+
+    # ------------------------------------------------------------------ batches
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        results: list[Result] = []
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        for op in ops:
+            if isinstance(op, GetOp):
+                results.append(self._get(op))
+            elif isinstance(op, SearchOp):
+                results.append(self._search(op))
+            elif isinstance(op, ListNamespacesOp):
+                results.append(self._list_namespaces(op))
+            elif isinstance(op, PutOp):
+                puts.pop((op.namespace, op.key), None)
+                puts[(op.namespace, op.key)] = op
+                results.append(None)
+            else:
+                raise ValueError(f"unknown operation: {type(op).__name__}")
+        for op in puts.values():
+            self._put(op)
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        return await asyncio.to_thread(self.batch, list(ops))
+
+    # ------------------------------------------------------------------ operations
+    def _entries(self, user: str, filter: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        return self._client.list_memories(self.app, user, filter=filter, limit=PAGE_SIZE)
+
+    def _current(self, namespace: tuple[str, ...], key: str) -> list[dict[str, Any]]:
+        user = _user(namespace, "an item")
+        found = {**_scope_filter(namespace, exact=True), KEY: key}
+        return list(self._entries(user, found))
+
+    def _get(self, op: GetOp) -> Item | None:
+        entries = self._current(op.namespace, op.key)
+        return _item(entries[0]) if entries else None
+
+    def _put(self, op: PutOp) -> None:
+        user = _user(op.namespace, "an item")
+        replaced = [entry["id"] for entry in self._current(op.namespace, op.key)]
+        kept = None
+        if op.value is not None:
+            metadata: dict[str, Any] = {
+                NAMESPACE: list(op.namespace),
+                DEPTH: len(op.namespace),
+                KEY: op.key,
+            }
+            for position, label in enumerate(op.namespace[1:], start=1):
+                metadata[_label_key(position)] = label
+            if op.index is not None:
+                metadata[INDEX] = op.index if op.index is False else list(op.index)
+            added = self._client.add_memory(
+                self.app,
+                user,
+                json.dumps(op.value, ensure_ascii=False, separators=(",", ":")),
+                metadata=metadata,
+                # A retry of this add is the same memory, never a second one.
+                idempotency_key=f"langgraph:{uuid.uuid4().hex}",
+            )
+            kept = added["id"]
+        for memory_id in replaced:
+            if memory_id != kept:
+                try:
+                    self._client.delete_memory(self.app, user, memory_id)
+                except NotFoundError:
+                    pass  # deleted meanwhile: gone either way
+
+    def _search(self, op: SearchOp) -> list[SearchItem]:
+        user = _user(op.namespace_prefix, "a search")
+        scope = _scope_filter(op.namespace_prefix)
+        wanted = op.offset + op.limit
+        if op.limit <= 0:
+            return []
+        if op.query:
+            hits = self._client.search_memory(
+                self.app,
+                user,
+                op.query,
+                mode=self.search_mode,
+                limit=SEARCH_LIMIT if op.filter else min(SEARCH_LIMIT, wanted),
+                filter=scope,
+            )["hits"]
+            found = [
+                _item(hit, hit.get("score"), scored=True)
+                for hit in hits
+                if _filters.item_matches(json.loads(hit["content"]), op.filter)
+            ]
+            return found[op.offset : wanted]
+        found = []
+        for entry in self._entries(user, scope):
+            item = _item(entry, scored=True)
+            if _filters.item_matches(item.value, op.filter):
+                found.append(item)
+                if len(found) >= wanted:
+                    break
+        return found[op.offset : wanted]
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        prefixes = [c.path for c in op.match_conditions or () if c.match_type == "prefix"]
+        if not prefixes:
+            raise ValueError(
+                "list_namespaces needs a prefix whose first label names the ctxadmin user"
+            )
+        prefix = tuple(prefixes[0])
+        user = _user(prefix, "list_namespaces")
+        namespaces: set[tuple[str, ...]] = set()
+        for entry in self._entries(user, _scope_filter(prefix)):
+            namespace = tuple(entry["metadata"][NAMESPACE])
+            if all(
+                _filters.namespace_matches(namespace, c.match_type, tuple(c.path))
+                for c in op.match_conditions
+            ):
+                namespaces.add(namespace[: op.max_depth] if op.max_depth is not None else namespace)
+        return sorted(namespaces)[op.offset : op.offset + op.limit]
