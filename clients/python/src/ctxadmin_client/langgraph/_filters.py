@@ -72,3 +72,16 @@ def namespace_matches(namespace: tuple[str, ...], match_type: str, path: tuple[s
     else:
         raise ValueError(f"unsupported match type {match_type!r}")
     return all(want == "*" or label == want for label, want in pairs)
+
+
+def check(filter: Mapping[str, Any] | None) -> None:
+    """Refuse an operator LangGraph does not define before anything is read."""
+    for condition in (filter or {}).values():
+        if isinstance(condition, Mapping):
+            unknown = sorted(k for k in condition if str(k).startswith("$") and k not in OPERATORS)
+            if unknown:
+                raise ValueError(
+                    f"unsupported filter operator {unknown[0]!r} (supported: {sorted(OPERATORS)})"
+                )
+            if not any(str(k).startswith("$") for k in condition):
+                check(condition)

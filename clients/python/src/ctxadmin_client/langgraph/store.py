@@ -88,7 +88,8 @@ def _scope_filter(prefix: tuple[str, ...], *, exact: bool = False) -> dict[str, 
 
 def _item(entry: Mapping[str, Any], score: float | None = None, *, scored: bool = False):
     metadata = entry["metadata"]
-    when = datetime.fromisoformat(entry["created_at"].replace("Z", "+00:00"))
+    stamp = entry.get("created_at") or entry["timestamp"]  # a search hit has its time only
+    when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     fields = {
         "namespace": tuple(metadata[NAMESPACE]),
         "key": metadata[KEY],
@@ -205,6 +206,7 @@ class CtxAdminStore(BaseStore):
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         user = _user(op.namespace_prefix, "a search")
+        _filters.check(op.filter)
         scope = _scope_filter(op.namespace_prefix)
         wanted = op.offset + op.limit
         if op.limit <= 0:
