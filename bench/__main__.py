@@ -4,6 +4,8 @@ Starts the whole service (``manage.py run``: embedded PostgreSQL 18 + pgvector, 
 Celery, gunicorn with 4 workers) in ``var/bench``, drives it with HTTP clients on loopback,
 runs Google ADK's ``DatabaseSessionService`` on the same PostgreSQL server (``bench/adk_peer``),
 ADK's session service through the Python client beside it (``bench/adk_client_bench``),
+LangGraph's saver and store through the client beside LangGraph's Postgres backends
+(``bench/langgraph_client_bench``),
 an MCP ``memory_search`` against the same search through REST (``bench/mcp_bench``),
 and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes them,
 with their ratios, the command and the machine, to ``bench/BENCHMARKS.md`` (``--skip-peer``:
@@ -26,6 +28,7 @@ from bench import (
     adk_peer,
     cache_bench,
     invocation_bench,
+    langgraph_client_bench,
     load_bench,
     locomo,
     mcp_bench,
@@ -82,8 +85,10 @@ def main() -> None:
         invocations = invocation_bench.measure(bench_client(service, "invoke", "sessions"))
         print("measuring MCP against REST …", flush=True)
         mcp = mcp_bench.measure(service)
-        peer = adk_client = None
+        peer = adk_client = langgraph_client = None
         if not args.skip_peer:
+            print("measuring LangGraph's backends through the client …", flush=True)
+            langgraph_client = langgraph_client_bench.measure(service)
             print("measuring ADK's session service through the client …", flush=True)
             adk_client = adk_client_bench.measure(service)
             print("measuring the peer (ADK DatabaseSessionService) …", flush=True)
@@ -102,6 +107,9 @@ def main() -> None:
     if adk_client is not None:
         section = adk_client_bench.report(adk_client)
         REPORT.write_text(splice(REPORT.read_text(), section, adk_client_bench.SECTION))
+    if langgraph_client is not None:
+        section = langgraph_client_bench.report(langgraph_client)
+        REPORT.write_text(splice(REPORT.read_text(), section, langgraph_client_bench.SECTION))
     print(f"wrote {REPORT}")
     print("measuring the secret detectors …", flush=True)
     secret_bench.run_section("make bench")  # in process: no service
