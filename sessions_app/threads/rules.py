@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxadmin.canonical import canonical_size
+from ctxadmin.pruning import echoed
 
 MAX_NS_LENGTH = 512
 MAX_CHECKPOINT_ID_LENGTH = 128
@@ -105,7 +106,9 @@ def _object(value: Any, field: str, allowed: frozenset[str], required: frozenset
         raise RuleError(field, "must be a JSON object")
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise RuleError(f"{field}.{unknown[0]}" if field != "body" else unknown[0], "unknown field")
+        # A key the client sent is echoed bounded, and redacted when it looks like a secret.
+        name = echoed(unknown[0])
+        raise RuleError(f"{field}.{name}" if field != "body" else name, "unknown field")
     missing = sorted(required - set(value))
     if missing:
         raise RuleError(f"{field}.{missing[0]}" if field != "body" else missing[0], "required")
@@ -185,7 +188,7 @@ def parse_put(body: Any) -> CheckpointPut:
         raise RuleError("channel_versions", f"at most {MAX_CHANNELS} channels")
     for channel, version in versions.items():
         _text(channel, "channel_versions", MAX_CHANNEL_LENGTH)
-        _text(version, f"channel_versions.{channel}", MAX_VERSION_LENGTH)
+        _text(version, f"channel_versions.{echoed(channel)}", MAX_VERSION_LENGTH)
     raw_blobs = found.get("blobs", [])
     if not isinstance(raw_blobs, list):
         raise RuleError("blobs", "must be an array")
