@@ -10,9 +10,12 @@ import json
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from sessions_app.threads.models import GraphThread, ThreadBlob, ThreadCheckpoint, ThreadWrite
+from tests.service.test_other_app_like_missing import alike, shape
 from tests.sessions_app.test_sessions_schema import check
 
 pytestmark = pytest.mark.django_db
@@ -241,3 +244,40 @@ def test_the_console_lists_threads_without_content(owner, client):
     row = ThreadCheckpoint.objects.get()
     detail = client.get(f"/admin/threads/threadcheckpoint/{row.pk}/change/")
     assert detail.status_code == 200 and b"loop" not in detail.content
+
+
+def test_another_apps_thread_answers_as_a_missing_one(owner, outsider):
+    theirs = outsider.client()
+    theirs.post(
+        url("t1", "checkpoints", app="globex"), put_body("c1", a=("1", b"x")), format="json"
+    )
+    owner.client().post(url("mine", "checkpoints"), put_body("c1"), format="json")
+    api = owner.client()
+    # Same status, body and statements (literals aside) for their thread and a missing one.
+    alike(api, "get", url("t1", "checkpoints", "c1"), url("zz", "checkpoints", "c1"))
+    alike(api, "get", url("t1", "checkpoints"), url("zz", "checkpoints"), status=200)
+    deleted = []
+    for thread in ("t1", "zz", "t1", "zz"):
+        with CaptureQueriesContext(connection) as queries:
+            answer = api.delete(url(thread))
+        deleted.append(
+            (
+                answer.status_code,
+                answer.content,
+                [shape(q["sql"]) for q in queries.captured_queries],
+            )
+        )
+    assert deleted[2] == deleted[3] and deleted[2][0] == 204
+    assert ThreadCheckpoint.objects.filter(thread__app=outsider.app).count() == 1
+
+
+def test_the_same_thread_id_in_two_apps_is_two_threads(owner, outsider):
+    for tenant, data in ((owner, b"ours"), (outsider, b"theirs")):
+        app = tenant.app.name
+        answer = tenant.client().post(
+            url("shared", "checkpoints", app=app), put_body("c1", a=("1", data)), format="json"
+        )
+        assert answer.status_code == 201, answer.content
+    for tenant, data in ((owner, b"ours"), (outsider, b"theirs")):
+        got = tenant.client().get(url("shared", "checkpoints", "c1", app=tenant.app.name))
+        assert [base64.b64decode(b["data_base64"]) for b in got.json()["blobs"]] == [data]
