@@ -7,7 +7,11 @@ states and history match the same graph on LangGraph's in-memory saver and store
 from __future__ import annotations
 
 import operator
+import re
+import sys
+import types
 import uuid
+from pathlib import Path
 from typing import Annotated, TypedDict
 
 import pytest
@@ -134,3 +138,31 @@ async def test_the_async_path_runs_and_resumes(app):
             assert (await store.aget((user, "memories"), "seat")).value == {
                 "text": "prefers a window seat"
             }
+
+
+README = Path(__file__).resolve().parents[4] / "README.md"
+
+
+def test_the_readme_quickstart_works(make_app):
+    """The README's LangGraph block, with this stack's address, key and app in place."""
+    found = re.search(r"### LangGraph.*?```python\n(.*?)```", README.read_text("utf-8"), re.S)
+    assert found, "the README has no LangGraph quickstart"
+    app = make_app()
+    code = (
+        found.group(1)
+        .replace("http://127.0.0.1:8000", app.base_url)
+        .replace('"ctx_..."', repr(app.key))
+        .replace('"demo"', repr(app.name))
+    )
+    printed: list = []
+    # A module of its own: LangGraph reads the state's type hints from the class's module.
+    module = types.ModuleType("langgraph_readme_quickstart")
+    module.print = printed.append
+    sys.modules[module.__name__] = module
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - the README's own lines
+    finally:
+        del sys.modules[module.__name__]
+    state, memory = printed
+    assert state == {"user": "alice", "notes": ["hello", "remembered"]}
+    assert memory == {"text": "prefers window seats"}
