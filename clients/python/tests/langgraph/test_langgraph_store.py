@@ -225,3 +225,23 @@ def test_what_the_store_refuses(store):
         store.put(("not a user id!", "x"), "k", {"v": 1})
     with pytest.raises(ValueError, match="operator"):
         store.search(("someone",), filter={"n": {"$regex": "a"}})
+
+
+def test_two_memories_of_one_key_read_as_the_newest_until_the_next_put(store, app):
+    """What two racing puts can leave (each deleted only the memory it replaced): reads show
+    the newest once, and the next put of the key leaves one memory."""
+    user = f"u-{uuid.uuid4().hex[:12]}"
+    store.put((user, "prefs"), "theme", {"value": "dark"})
+    metadata = {
+        "lg.namespace": [user, "prefs"],
+        "lg.depth": 2,
+        "lg.key": "theme",
+        "lg.ns.1": "prefs",
+    }
+    with Client(app.base_url, app.key) as client:
+        client.add_memory(app.name, user, '{"value":"light"}', metadata=metadata)
+        assert [i.value for i in store.search((user,))] == [{"value": "light"}]
+        assert store.get((user, "prefs"), "theme").value == {"value": "light"}
+        store.put((user, "prefs"), "theme", {"value": "blue"})
+        assert len(list(client.list_memories(app.name, user))) == 1
+    assert [i.value for i in store.search((user,))] == [{"value": "blue"}]

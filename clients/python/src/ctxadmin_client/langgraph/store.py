@@ -102,6 +102,16 @@ def _item(entry: Mapping[str, Any], score: float | None = None, *, scored: bool 
     return Item(**fields)
 
 
+def _unique(items: Iterable[SearchItem]) -> Iterator[SearchItem]:
+    """Each namespace and key once, at its first (newest, or best) place: two puts of one key
+    that raced leave two memories until the next put of it, and a read shows one."""
+    seen: set[tuple[tuple[str, ...], str]] = set()
+    for item in items:
+        if (item.namespace, item.key) not in seen:
+            seen.add((item.namespace, item.key))
+            yield item
+
+
 class CtxAdminStore(BaseStore):
     """LangGraph's long-term memory store kept in ctxadmin app ``app`` (an API key with the
     ``memory`` scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/
@@ -221,14 +231,13 @@ class CtxAdminStore(BaseStore):
                 filter=scope,
             )["hits"]
             found = [
-                _item(hit, hit.get("score"), scored=True)
-                for hit in hits
-                if _filters.item_matches(json.loads(hit["content"]), op.filter)
+                item
+                for item in _unique(_item(hit, hit.get("score"), scored=True) for hit in hits)
+                if _filters.item_matches(item.value, op.filter)
             ]
             return found[op.offset : wanted]
         found = []
-        for entry in self._entries(user, scope):
-            item = _item(entry, scored=True)
+        for item in _unique(_item(entry, scored=True) for entry in self._entries(user, scope)):
             if _filters.item_matches(item.value, op.filter):
                 found.append(item)
                 if len(found) >= wanted:
