@@ -126,12 +126,12 @@ async def test_the_async_path_runs_and_resumes(app):
     user = f"traveller-{uuid.uuid4().hex[:8]}"
     config = {"configurable": {"thread_id": f"trip-{uuid.uuid4().hex[:8]}"}}
     async with CtxAdminSaver(app.base_url, app.key, app=app.name) as saver:
-        with CtxAdminStore(app.base_url, app.key, app=app.name) as store:
+        async with CtxAdminStore(app.base_url, app.key, app=app.name) as store:
             graph = build().compile(checkpointer=saver, store=store)
             first = await graph.ainvoke({"user": user, "messages": ["aisle seat"]}, config)
             assert first["__interrupt__"]
     async with CtxAdminSaver(app.base_url, app.key, app=app.name) as saver:
-        with CtxAdminStore(app.base_url, app.key, app=app.name) as store:
+        async with CtxAdminStore(app.base_url, app.key, app=app.name) as store:
             graph = build().compile(checkpointer=saver, store=store)
             done = await graph.ainvoke(Command(resume="yes"), config)
             assert done["approved"] is True and done["messages"][-1] == "done"

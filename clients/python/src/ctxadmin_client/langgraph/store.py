@@ -25,15 +25,17 @@ default); a value that looks like it carries a credential is refused (422
 ``sensitive_memory_content``); a namespace's labels and key within
 ``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Items have no TTL (``supports_ttl`` is False: a
 ``ttl`` is refused by LangGraph before it reaches the store); the app's memory policy
-(``default_ttl_seconds``) expires them. ``abatch`` runs ``batch`` in a worker thread.
+(``default_ttl_seconds``) expires them. ``batch`` speaks through a ``Client``,
+``abatch`` through an ``AsyncClient``: each operation is written once, as the requests it
+makes, and each of the two runs them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +51,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from ctxadmin_client import Client, NotFoundError
+from ctxadmin_client import AsyncClient, Client, NotFoundError
 from ctxadmin_client.langgraph import _filters
 from ctxadmin_client.langgraph._connection import Connection
 
@@ -112,11 +114,50 @@ def _unique(items: Iterable[SearchItem]) -> Iterator[SearchItem]:
             yield item
 
 
+@dataclass(frozen=True)
+class _Scan:
+    """Read the user's memories under ``filter``, newest first, page by page, until
+    ``enough`` says the items kept so far suffice (None: read them all)."""
+
+    user: str
+    filter: dict[str, Any]
+    keep: Callable[[dict[str, Any]], bool]
+    enough: int | None = None
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One client method (``search_memory``, ``add_memory``, ``delete_memory``)."""
+
+    method: str
+    args: tuple
+    kwargs: dict[str, Any]
+    missing_ok: bool = False
+
+
+Plan = Generator["_Scan | _Call", Any, Any]
+
+
+def _check(op: Op) -> None:
+    if isinstance(op, GetOp | PutOp):
+        _user(op.namespace, "an item")
+    elif isinstance(op, SearchOp):
+        _user(op.namespace_prefix, "a search")
+        _filters.check(op.filter)
+    elif isinstance(op, ListNamespacesOp):
+        prefixes = [c.path for c in op.match_conditions or () if c.match_type == "prefix"]
+        if not prefixes:
+            raise ValueError(
+                "list_namespaces needs a prefix whose first label names the ctxadmin user"
+            )
+        _user(tuple(prefixes[0]), "list_namespaces")
+
+
 class CtxAdminStore(BaseStore):
     """LangGraph's long-term memory store kept in ctxadmin app ``app`` (an API key with the
     ``memory`` scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/
-    ``CTXADMIN_API_KEY``) make the client, or pass a ready one as ``client``.
-    ``search_mode``: ``hybrid`` (default), ``lexical`` or ``vector``."""
+    ``CTXADMIN_API_KEY``) make the clients, or pass ready ones as ``client`` (sync) and
+    ``async_client``. ``search_mode``: ``hybrid`` (default), ``lexical`` or ``vector``."""
 
     supports_ttl = False
 
@@ -127,15 +168,26 @@ class CtxAdminStore(BaseStore):
         *,
         app: str,
         client: Client | None = None,
+        async_client: AsyncClient | None = None,
         search_mode: str | None = None,
         **client_options: Any,
     ) -> None:
-        self._connection = Connection(base_url, api_key, app=app, client=client, **client_options)
+        self._connection = Connection(
+            base_url,
+            api_key,
+            app=app,
+            client=client,
+            async_client=async_client,
+            **client_options,
+        )
         self.app = app
         self.search_mode = search_mode
 
     def close(self) -> None:
         self._connection.close()
+
+    async def aclose(self) -> None:
+        await self._connection.aclose()
 
     def __enter__(self) -> CtxAdminStore:
         return self
@@ -143,50 +195,117 @@ class CtxAdminStore(BaseStore):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @property
-    def _client(self) -> Client:
-        return self._connection.client
+    async def __aenter__(self) -> CtxAdminStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     # ------------------------------------------------------------------ batches
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        results: list[Result] = []
+    def _plans(self, ops: Iterable[Op]) -> tuple[list[Plan | None], list[Plan]]:
+        """A plan per read (None for a put), and the puts' plans, to run after the reads: as
+        in LangGraph's in-memory store, a batch's reads see the store before its puts, and
+        the last put of a namespace and key wins."""
+        reads: list[Plan | None] = []
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        ops = list(ops)
+        for op in ops:  # every operation checked before any request: nothing half-applies
+            _check(op)
         for op in ops:
             if isinstance(op, GetOp):
-                results.append(self._get(op))
+                reads.append(self._get(op))
             elif isinstance(op, SearchOp):
-                results.append(self._search(op))
+                reads.append(self._search(op))
             elif isinstance(op, ListNamespacesOp):
-                results.append(self._list_namespaces(op))
+                reads.append(self._list_namespaces(op))
             elif isinstance(op, PutOp):
                 puts.pop((op.namespace, op.key), None)
                 puts[(op.namespace, op.key)] = op
-                results.append(None)
+                reads.append(None)
             else:
                 raise ValueError(f"unknown operation: {type(op).__name__}")
-        for op in puts.values():
-            self._put(op)
+        return reads, [self._put(op) for op in puts.values()]
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        reads, puts = self._plans(ops)
+        results = [None if plan is None else self._run(plan) for plan in reads]
+        for plan in puts:
+            self._run(plan)
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return await asyncio.to_thread(self.batch, list(ops))
+        reads, puts = self._plans(ops)
+        results = [None if plan is None else await self._arun(plan) for plan in reads]
+        for plan in puts:
+            await self._arun(plan)
+        return results
+
+    # ------------------------------------------------------------------ the two runners
+    def _run(self, plan: Plan) -> Any:
+        client = self._connection.client
+        answer = None
+        try:
+            while True:
+                request = plan.send(answer)
+                if isinstance(request, _Scan):
+                    answer = []
+                    for entry in client.list_memories(
+                        self.app, request.user, filter=request.filter, limit=PAGE_SIZE
+                    ):
+                        if request.keep(entry):
+                            answer.append(entry)
+                            if request.enough is not None and len(answer) >= request.enough:
+                                break
+                else:
+                    try:
+                        answer = getattr(client, request.method)(*request.args, **request.kwargs)
+                    except NotFoundError:
+                        if not request.missing_ok:
+                            raise
+                        answer = None  # deleted meanwhile: gone either way
+        except StopIteration as done:
+            return done.value
+
+    async def _arun(self, plan: Plan) -> Any:
+        client = self._connection.async_client
+        answer = None
+        try:
+            while True:
+                request = plan.send(answer)
+                if isinstance(request, _Scan):
+                    answer = []
+                    async for entry in client.list_memories(
+                        self.app, request.user, filter=request.filter, limit=PAGE_SIZE
+                    ):
+                        if request.keep(entry):
+                            answer.append(entry)
+                            if request.enough is not None and len(answer) >= request.enough:
+                                break
+                else:
+                    try:
+                        answer = await getattr(client, request.method)(
+                            *request.args, **request.kwargs
+                        )
+                    except NotFoundError:
+                        if not request.missing_ok:
+                            raise
+                        answer = None  # deleted meanwhile: gone either way
+        except StopIteration as done:
+            return done.value
 
     # ------------------------------------------------------------------ operations
-    def _entries(self, user: str, filter: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-        return self._client.list_memories(self.app, user, filter=filter, limit=PAGE_SIZE)
-
-    def _current(self, namespace: tuple[str, ...], key: str) -> list[dict[str, Any]]:
+    def _current(self, namespace: tuple[str, ...], key: str) -> Plan:
         user = _user(namespace, "an item")
         found = {**_scope_filter(namespace, exact=True), KEY: key}
-        return list(self._entries(user, found))
+        return (yield _Scan(user, found, lambda _entry: True))
 
-    def _get(self, op: GetOp) -> Item | None:
-        entries = self._current(op.namespace, op.key)
+    def _get(self, op: GetOp) -> Plan:
+        entries = yield from self._current(op.namespace, op.key)
         return _item(entries[0]) if entries else None
 
-    def _put(self, op: PutOp) -> None:
+    def _put(self, op: PutOp) -> Plan:
         user = _user(op.namespace, "an item")
-        replaced = [entry["id"] for entry in self._current(op.namespace, op.key)]
+        replaced = [entry["id"] for entry in (yield from self._current(op.namespace, op.key))]
         kept = None
         if op.value is not None:
             metadata: dict[str, Any] = {
@@ -198,23 +317,19 @@ class CtxAdminStore(BaseStore):
                 metadata[_label_key(position)] = label
             if op.index is not None:
                 metadata[INDEX] = op.index if op.index is False else list(op.index)
-            added = self._client.add_memory(
-                self.app,
-                user,
-                json.dumps(op.value, ensure_ascii=False, separators=(",", ":")),
-                metadata=metadata,
+            content = json.dumps(op.value, ensure_ascii=False, separators=(",", ":"))
+            added = yield _Call(
+                "add_memory",
+                (self.app, user, content),
                 # A retry of this add is the same memory, never a second one.
-                idempotency_key=f"langgraph:{uuid.uuid4().hex}",
+                {"metadata": metadata, "idempotency_key": f"langgraph:{uuid.uuid4().hex}"},
             )
             kept = added["id"]
         for memory_id in replaced:
             if memory_id != kept:
-                try:
-                    self._client.delete_memory(self.app, user, memory_id)
-                except NotFoundError:
-                    pass  # deleted meanwhile: gone either way
+                yield _Call("delete_memory", (self.app, user, memory_id), {}, missing_ok=True)
 
-    def _search(self, op: SearchOp) -> list[SearchItem]:
+    def _search(self, op: SearchOp) -> Plan:
         user = _user(op.namespace_prefix, "a search")
         _filters.check(op.filter)
         scope = _scope_filter(op.namespace_prefix)
@@ -222,38 +337,38 @@ class CtxAdminStore(BaseStore):
         if op.limit <= 0:
             return []
         if op.query:
-            hits = self._client.search_memory(
-                self.app,
-                user,
-                op.query,
-                mode=self.search_mode,
-                limit=SEARCH_LIMIT if op.filter else min(SEARCH_LIMIT, wanted),
-                filter=scope,
-            )["hits"]
-            found = [
-                item
-                for item in _unique(_item(hit, hit.get("score"), scored=True) for hit in hits)
-                if _filters.item_matches(item.value, op.filter)
-            ]
-            return found[op.offset : wanted]
-        found = []
-        for item in _unique(_item(entry, scored=True) for entry in self._entries(user, scope)):
-            if _filters.item_matches(item.value, op.filter):
-                found.append(item)
-                if len(found) >= wanted:
-                    break
-        return found[op.offset : wanted]
-
-    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        prefixes = [c.path for c in op.match_conditions or () if c.match_type == "prefix"]
-        if not prefixes:
-            raise ValueError(
-                "list_namespaces needs a prefix whose first label names the ctxadmin user"
+            answer = yield _Call(
+                "search_memory",
+                (self.app, user, op.query),
+                {
+                    "mode": self.search_mode,
+                    "limit": SEARCH_LIMIT if op.filter else min(SEARCH_LIMIT, wanted),
+                    "filter": scope,
+                },
             )
-        prefix = tuple(prefixes[0])
+            items = _unique(_item(hit, hit.get("score"), scored=True) for hit in answer["hits"])
+            found = [item for item in items if _filters.item_matches(item.value, op.filter)]
+            return found[op.offset : wanted]
+        seen: set[tuple[tuple[str, ...], str]] = set()
+
+        def keep(entry: dict[str, Any]) -> bool:
+            # Each namespace and key once (the newest), and only what the filter matches.
+            metadata = entry["metadata"]
+            key = (tuple(metadata[NAMESPACE]), metadata[KEY])
+            if key in seen:
+                return False
+            seen.add(key)
+            return _filters.item_matches(json.loads(entry["content"]), op.filter)
+
+        entries = yield _Scan(user, scope, keep, wanted)
+        return [_item(entry, scored=True) for entry in entries][op.offset : wanted]
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> Plan:
+        prefix = next(tuple(c.path) for c in op.match_conditions if c.match_type == "prefix")
         user = _user(prefix, "list_namespaces")
+        entries = yield _Scan(user, _scope_filter(prefix), lambda _entry: True)
         namespaces: set[tuple[str, ...]] = set()
-        for entry in self._entries(user, _scope_filter(prefix)):
+        for entry in entries:
             namespace = tuple(entry["metadata"][NAMESPACE])
             if all(
                 _filters.namespace_matches(namespace, c.match_type, tuple(c.path))
