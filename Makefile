@@ -11,7 +11,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
-	$(BIN)/python -m pip install --quiet -e 'clients/python[adk,openai-agents]'
+	$(BIN)/python -m pip install --quiet -e 'clients/python[adk,openai-agents,langgraph]'
 	@touch $(STAMP)
 
 ## Start the whole service on its embedded default (PostgreSQL+pgvector, Redis, Celery, gunicorn).

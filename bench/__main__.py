@@ -6,6 +6,8 @@ runs Google ADK's ``DatabaseSessionService`` on the same PostgreSQL server (``be
 ADK's session service through the Python client beside it (``bench/adk_client_bench``),
 the OpenAI Agents SDK's session on ctxadmin beside the SDK's ``SQLAlchemySession`` on the
 same PostgreSQL server (``bench/openai_agents_bench``),
+LangGraph's saver and store through the client beside LangGraph's Postgres backends
+(``bench/langgraph_client_bench``),
 an MCP ``memory_search`` against the same search through REST (``bench/mcp_bench``),
 and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes them,
 with their ratios, the command and the machine, to ``bench/BENCHMARKS.md`` (``--skip-peer``:
@@ -28,6 +30,7 @@ from bench import (
     adk_peer,
     cache_bench,
     invocation_bench,
+    langgraph_client_bench,
     load_bench,
     locomo,
     mcp_bench,
@@ -85,8 +88,10 @@ def main() -> None:
         invocations = invocation_bench.measure(bench_client(service, "invoke", "sessions"))
         print("measuring MCP against REST …", flush=True)
         mcp = mcp_bench.measure(service)
-        peer = adk_client = openai_agents = None
+        peer = adk_client = openai_agents = langgraph_client = None
         if not args.skip_peer:
+            print("measuring LangGraph's backends through the client …", flush=True)
+            langgraph_client = langgraph_client_bench.measure(service)
             print("measuring ADK's session service through the client …", flush=True)
             adk_client = adk_client_bench.measure(service)
             print("measuring the OpenAI Agents SDK session against SQLAlchemy …", flush=True)
@@ -110,6 +115,9 @@ def main() -> None:
     if openai_agents is not None:
         section = openai_agents_bench.report(openai_agents)
         REPORT.write_text(splice(REPORT.read_text(), section, openai_agents_bench.SECTION))
+    if langgraph_client is not None:
+        section = langgraph_client_bench.report(langgraph_client)
+        REPORT.write_text(splice(REPORT.read_text(), section, langgraph_client_bench.SECTION))
     print(f"wrote {REPORT}")
     print("measuring the secret detectors …", flush=True)
     secret_bench.run_section("make bench")  # in process: no service

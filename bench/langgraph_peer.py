@@ -79,6 +79,15 @@ def _vector_text(vector: list[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
+def fresh_database(database_url: str, name: str) -> str:
+    """The connection string of database ``name``, created empty (dropped first if an
+    earlier run left it) on the server of ``database_url``."""
+    with psycopg.connect(make_conninfo(database_url, dbname="postgres"), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        c.execute(f'CREATE DATABASE "{name}"')
+    return make_conninfo(database_url, dbname=name)
+
+
 class Peer:
     """LangGraph's store on the server of ``database_url``, fed from the ctxadmin app
     ``app_id``'s memory entries there."""
@@ -88,10 +97,7 @@ class Peer:
         from langgraph.store.postgres import PostgresStore
 
         self.source_url, self.app_id = database_url, app_id
-        self.url = make_conninfo(database_url, dbname=PEER_DB)
-        with psycopg.connect(make_conninfo(database_url, dbname="postgres"), autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{PEER_DB}" WITH (FORCE)')
-            c.execute(f'CREATE DATABASE "{PEER_DB}"')
+        self.url = fresh_database(database_url, PEER_DB)
         self.embedder = HashingEmbedder(DIMENSION)
 
         def embed(texts: list[str]) -> list[list[float]]:

@@ -280,6 +280,11 @@ CTXADMIN_ARTIFACT_MAX_VERSIONS = env.int(
 CTXADMIN_ARTIFACT_MAX_METADATA_BYTES = env.int(
     "CTXADMIN_ARTIFACT_MAX_METADATA_BYTES", 4096, minimum=2, maximum=1024 * 1024
 )
+# Graph threads (sessions_app/threads/): checkpoints kept per (thread, namespace); a put
+# prunes older ones with their writes and the blobs no kept checkpoint names.
+CTXADMIN_THREAD_CHECKPOINTS_KEEP = env.int(
+    "CTXADMIN_THREAD_CHECKPOINTS_KEEP", 100, minimum=1, maximum=1_000_000
+)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXADMIN_MAX_BODY_BYTES
 
 # --------------------------------------------------------------------------- model providers
@@ -306,6 +311,7 @@ INSTALLED_APPS = [
     "memory.apps.MemoryConfig",
     "caching.apps.CachingConfig",
     "sessions_app.artifacts.apps.ArtifactsConfig",
+    "sessions_app.threads.apps.ThreadsConfig",
     "runner.apps.RunnerConfig",
     "console.apps.ConsoleConfig",
 ]
@@ -418,6 +424,7 @@ SPECTACULAR_SETTINGS = {
         "memory.api.schemas.add_components",
         "caching.api.schemas.add_components",
         "sessions_app.artifacts.api.schemas.add_components",
+        "sessions_app.threads.api.schemas.add_components",
         # One-line summaries and realistic examples, after every component is in place.
         "ctxadmin.api.operation_docs.add_operation_docs",
         "sessions_app.api.operation_docs.add_operation_docs",

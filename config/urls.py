@@ -14,6 +14,7 @@ api_patterns = [
     path("", include("memory.api.urls")),
     path("", include("caching.api.urls")),
     path("", include("sessions_app.artifacts.api.urls")),
+    path("", include("sessions_app.threads.api.urls")),
 ]
 
 urlpatterns = [

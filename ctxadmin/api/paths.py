@@ -51,6 +51,14 @@ _RULES = {
         re.compile(rf"^{ID_PATTERN}\Z"),
         "1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit",
     ),
+    "thread": (
+        re.compile(rf"^{ID_PATTERN}\Z"),
+        "1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit",
+    ),
+    "checkpoint_id": (
+        re.compile(rf"^{ID_PATTERN}\Z"),
+        "1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit",
+    ),
     "fingerprint": (re.compile(r"^[0-9a-f]{64}\Z"), "a SHA-256 fingerprint: 64 lowercase hex"),
 }
 #: name -> (regular expression, description), for the OpenAPI schema.

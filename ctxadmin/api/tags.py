@@ -12,6 +12,8 @@ TAG_RULES = (
     ("/compaction", "compaction"),
     ("/context", "context"),
     ("/artifacts", "artifacts"),
+    ("/threads", "threads"),
+    ("/checkpoints", "threads"),
     ("/sessions/{sid}/events", "events"),
     ("/memories", "memory"),
     ("/memory-policy", "memory"),
@@ -30,6 +32,7 @@ TAGS = [
     {"name": "cache", "description": "The provider prefix-cache registry."},
     {"name": "invocations", "description": "One model call with managed context; tool tokens."},
     {"name": "artifacts", "description": "Versioned artifacts of a session or a user."},
+    {"name": "threads", "description": "Graph threads: LangGraph checkpoints and writes."},
     {"name": "keys", "description": "API keys: the caller's, the app's; create, rotate, revoke."},
     {"name": "diagnostics", "description": "The app's content-free summary and settings."},
 ]

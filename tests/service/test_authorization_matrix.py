@@ -116,6 +116,15 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
     "api/v1/apps/<str:app>/users/<str:user>/sessions/<str:sid>/artifacts/<str:name>/versions": {
         "get": (S, "artifact_list_versions")
     },
+    "api/v1/apps/<str:app>/checkpoints": {"get": (S, None)},
+    "api/v1/apps/<str:app>/threads/<str:thread>": {"delete": (S, None)},
+    "api/v1/apps/<str:app>/threads/<str:thread>/checkpoints": {"get": (S, None), "post": (S, None)},
+    "api/v1/apps/<str:app>/threads/<str:thread>/checkpoints/<str:checkpoint_id>": {
+        "get": (S, None)
+    },
+    "api/v1/apps/<str:app>/threads/<str:thread>/checkpoints/<str:checkpoint_id>/writes": {
+        "post": (S, None)
+    },
     "dev/v1/context/<str:app>/<str:user>/<str:sid>": {"get": (D, None)},
     "dev/v1/context/<str:app>/<str:user>/<str:sid>/lifecycle": {"get": (D, None)},
     "dev/v1/context/<str:app>/<str:user>/<str:sid>/cache/invalidate": {"post": (D, None)},

@@ -20,6 +20,8 @@ SAMPLE = {
     "fingerprint": "0" * 64,
     "invocation": "inv-1",
     "name": "report.txt",
+    "thread": "thread-1",
+    "checkpoint_id": "1f0a0000-0000-6000-8000-000000000001",
 }
 METHODS = ("get", "post", "put", "patch", "delete")
 

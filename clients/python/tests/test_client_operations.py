@@ -17,6 +17,7 @@ from ctxadmin_client._ops_apps import AppOperations
 from ctxadmin_client._ops_memory import MemoryOperations
 from ctxadmin_client._ops_runs import RunOperations
 from ctxadmin_client._ops_sessions import SessionOperations
+from ctxadmin_client._ops_threads import ThreadOperations
 from ctxadmin_client.operations import OPERATIONS
 
 SCHEMA = Path(__file__).resolve().parents[3] / "docs" / "openapi.yaml"
@@ -35,7 +36,13 @@ def schema_operations() -> dict[str, tuple[str, str]]:
 
 def api_methods() -> set[str]:
     found: set[str] = set()
-    for mixin in (SessionOperations, RunOperations, MemoryOperations, AppOperations):
+    for mixin in (
+        SessionOperations,
+        RunOperations,
+        MemoryOperations,
+        AppOperations,
+        ThreadOperations,
+    ):
         found |= {name for name in vars(mixin) if not name.startswith("_")}
     return found
 
@@ -79,6 +86,9 @@ ARGUMENTS: dict[str, Any] = {
     "granted": True,
     "content": "text",
     "query": "text",
+    "checkpoint": {"type": "json", "data_base64": ""},
+    "channel_versions": {"messages": "1"},
+    "writes": [{"idx": 0, "channel": "messages", "type": "json", "data_base64": ""}],
 }
 
 

@@ -90,6 +90,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/apps/{app}/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The checkpoints of every thread of the app, newest id first, each with its channel blobs and pending writes. */
+        get: operations["checkpoints_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/apps/{app}/compaction-policy": {
         parameters: {
             query?: never;
@@ -300,6 +317,75 @@ export interface paths {
         get: operations["app_sessions_list"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/threads/{thread}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** @description Delete the thread with every checkpoint, blob and write (204 also when there is no such thread). */
+        delete: operations["thread_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/threads/{thread}/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The thread's checkpoints, newest id first, each with its channel blobs and pending writes (`limit=1` with `checkpoint_ns`: the latest). */
+        get: operations["thread_checkpoints_list"];
+        put?: never;
+        /** @description Store a checkpoint (a repeat of its id replaces it) with the blobs of its new channel versions; a blob already stored for its (namespace, channel, version) is kept. The thread is made if new. The namespace's checkpoints beyond CTXADMIN_THREAD_CHECKPOINTS_KEEP are pruned with their writes and unreachable blobs. */
+        post: operations["thread_checkpoints_put"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/threads/{thread}/checkpoints/{checkpoint_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description One checkpoint of the namespace (default the root, ``), with its channel blobs and pending writes; 404 when there is none. */
+        get: operations["thread_checkpoint_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/threads/{thread}/checkpoints/{checkpoint_id}/writes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Store a task's pending writes against the checkpoint. A write whose (task, idx) is stored is kept; LangGraph's special channels (negative idx) replace. */
+        post: operations["thread_checkpoint_writes_put"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2222,6 +2308,98 @@ export interface components {
             } | null;
             event_id: string;
         };
+        GraphCheckpointPut: {
+            /** @description default `` */
+            checkpoint_ns?: string;
+            checkpoint_id: string;
+            parent_checkpoint_id?: string | null;
+            checkpoint: {
+                type: string;
+                /** Format: byte */
+                data_base64: string;
+            };
+            /** @description at most 65536 bytes of canonical JSON */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /** @description channel -> version */
+            channel_versions: {
+                [key: string]: string;
+            };
+            blobs?: {
+                channel: string;
+                version: string;
+                type: string;
+                /** Format: byte */
+                data_base64: string;
+            }[];
+        };
+        GraphCheckpointStored: {
+            thread_id: string;
+            /** @description default `` */
+            checkpoint_ns: string;
+            checkpoint_id: string;
+            blobs_stored: number;
+            pruned: number;
+        };
+        GraphCheckpoint: {
+            thread_id: string;
+            /** @description default `` */
+            checkpoint_ns: string;
+            checkpoint_id: string;
+            parent_checkpoint_id: string | null;
+            checkpoint: {
+                type: string;
+                /** Format: byte */
+                data_base64: string;
+            };
+            /** @description at most 65536 bytes of canonical JSON */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** @description channel -> version */
+            channel_versions: {
+                [key: string]: string;
+            };
+            blobs: {
+                channel: string;
+                version: string;
+                type: string;
+                /** Format: byte */
+                data_base64: string;
+            }[];
+            writes: {
+                task_id: string;
+                channel: string;
+                task_path: string;
+                type: string;
+                /** Format: byte */
+                data_base64: string;
+            }[];
+            /** Format: date-time */
+            created_at: string;
+        };
+        GraphCheckpointPage: {
+            results: components["schemas"]["GraphCheckpoint"][];
+            next: string | null;
+            previous: string | null;
+        };
+        GraphWritesPut: {
+            /** @description default `` */
+            checkpoint_ns?: string;
+            task_id: string;
+            task_path?: string;
+            writes: {
+                idx: number;
+                channel: string;
+                type: string;
+                /** Format: byte */
+                data_base64: string;
+            }[];
+        };
+        GraphWritesStored: {
+            writes: number;
+        };
     };
     responses: never;
     parameters: never;
@@ -2387,6 +2565,50 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CacheScopeStatus"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    checkpoints_list: {
+        parameters: {
+            query?: {
+                /** @description only checkpoints with a smaller id */
+                before?: string;
+                /** @description one checkpoint id */
+                checkpoint_id?: string;
+                /** @description one namespace (default: every one) */
+                checkpoint_ns?: string;
+                /** @description the `next` or `previous` of an earlier page */
+                cursor?: string;
+                /** @description a JSON object: metadata keys and the values they must equal (at most 32 keys, 16 KiB) */
+                filter?: string;
+                /** @description page size (default CTXADMIN_PAGE_SIZE, at most CTXADMIN_MAX_PAGE_SIZE) */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GraphCheckpointPage"];
                 };
             };
             /** @description An error */
@@ -2886,6 +3108,198 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SessionPage"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    thread_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                thread: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    thread_checkpoints_list: {
+        parameters: {
+            query?: {
+                /** @description only checkpoints with a smaller id */
+                before?: string;
+                /** @description one checkpoint id */
+                checkpoint_id?: string;
+                /** @description one namespace (default: every one) */
+                checkpoint_ns?: string;
+                /** @description the `next` or `previous` of an earlier page */
+                cursor?: string;
+                /** @description a JSON object: metadata keys and the values they must equal (at most 32 keys, 16 KiB) */
+                filter?: string;
+                /** @description page size (default CTXADMIN_PAGE_SIZE, at most CTXADMIN_MAX_PAGE_SIZE) */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                thread: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GraphCheckpointPage"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    thread_checkpoints_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                thread: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["GraphCheckpointPut"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GraphCheckpointStored"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    thread_checkpoint_get: {
+        parameters: {
+            query?: {
+                /** @description default `` */
+                checkpoint_ns?: string;
+            };
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                checkpoint_id: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                thread: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GraphCheckpoint"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    thread_checkpoint_writes_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                checkpoint_id: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                thread: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["GraphWritesPut"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GraphWritesStored"];
                 };
             };
             /** @description An error */

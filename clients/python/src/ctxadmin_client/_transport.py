@@ -15,6 +15,7 @@ from ._ops_apps import AppOperations
 from ._ops_memory import MemoryOperations
 from ._ops_runs import RunOperations
 from ._ops_sessions import SessionOperations
+from ._ops_threads import ThreadOperations
 from ._retry import RetryPolicy, is_idempotent
 from .errors import CtxAdminError, TransportError, error_from_response
 
@@ -28,6 +29,7 @@ class Operations(
     RunOperations[D, L, N, B],
     MemoryOperations[D, L, N, B],
     AppOperations[D, L, N, B],
+    ThreadOperations[D, L, N, B],
 ):
     """Every API method, over the four runners a concrete client implements."""
 

@@ -102,6 +102,23 @@ OPERATIONS: dict[str, Operation] = {
     "artifacts_versions": Operation(
         "GET", _SESSION + "/artifacts/{name}/versions", ("list_artifact_versions",)
     ),
+    # graph threads (LangGraph checkpoints)
+    "checkpoints_list": Operation("GET", _APP + "/checkpoints", ("list_checkpoints",)),
+    "thread_delete": Operation("DELETE", _APP + "/threads/{thread}", ("delete_thread",)),
+    "thread_checkpoints_list": Operation(
+        "GET", _APP + "/threads/{thread}/checkpoints", ("list_thread_checkpoints",)
+    ),
+    "thread_checkpoints_put": Operation(
+        "POST", _APP + "/threads/{thread}/checkpoints", ("put_checkpoint",)
+    ),
+    "thread_checkpoint_get": Operation(
+        "GET", _APP + "/threads/{thread}/checkpoints/{checkpoint_id}", ("get_checkpoint",)
+    ),
+    "thread_checkpoint_writes_put": Operation(
+        "POST",
+        _APP + "/threads/{thread}/checkpoints/{checkpoint_id}/writes",
+        ("put_checkpoint_writes",),
+    ),
     # memory
     "memories_add": Operation("POST", _USER + "/memories", ("add_memory",)),
     "memories_erase": Operation(

@@ -1,0 +1,204 @@
+"""LangGraph's backends through the Python client, beside LangGraph's own Postgres backends.
+
+``CtxAdminSaver`` and ``CtxAdminStore`` (``ctxadmin_client.langgraph``, over HTTP to the
+service) and LangGraph's ``PostgresSaver`` and ``PostgresStore`` (psycopg, in process, one
+connection each, as their documentation shows them) run the same calls on the same
+PostgreSQL server, the peers in a fresh database of their own (created as the memory
+benchmark's peer creates its own, ``bench.langgraph_peer.fresh_database``), the store with
+the same ``index`` (ctxadmin's hashing embedder, 384 dimensions, the ``text`` field):
+
+* saver: ``put`` of a checkpoint whose message channel grows by one message of about 300
+  bytes and whose step counter changes (the two new blobs travel), ``put_writes`` of two
+  writes, ``get_tuple`` of the latest checkpoint, ``list`` of the thread's newest 10;
+* store: ``put`` of a ``{"text"}`` item, ``get``, ``search`` of a namespace with a value
+  filter, and ``search`` with a query (limit 10).
+
+Each call is timed alone, ``REPS`` times after a warm-up; p50 milliseconds, and their ratio
+(ctxadmin / LangGraph's Postgres backend): the adapter's cost per call, HTTP and the
+service's own checks included.
+
+``make bench`` runs it against its service; alone, ``python -m bench.langgraph_client_bench``
+starts a service of its own (in ``var/bench-langgraph``) and rewrites the "LangGraph
+backends through the client" section of ``bench/BENCHMARKS.md``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from bench.langgraph_peer import fresh_database
+from bench.machine import machine, postgres_version
+from bench.sections import REPORT, splice
+from bench.service import bench_client, bench_service, stop_service
+from ctxadmin import stack
+from memory.embedders import HashingEmbedder
+
+SECTION = "## LangGraph backends through the client"
+PEER_DB = "langgraph_client_bench"
+REPS = 100
+DIMENSION = 384
+MESSAGE = "the agent checked the booking and the seat map for the return flight " * 4
+
+
+def _p50(samples: list[float]) -> float:
+    return round(statistics.median(samples), 2)
+
+
+def _timed(call: Callable[[int], Any], reps: int = REPS) -> float:
+    call(-1)  # warm-up
+    samples = []
+    for index in range(reps):
+        started = time.perf_counter()
+        call(index)
+        samples.append((time.perf_counter() - started) * 1000)
+    return _p50(samples)
+
+
+def _saver_workload(saver) -> dict[str, float]:
+    # langgraph: the bench extra, imported only when this benchmark runs.
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    thread = f"bench-{uuid.uuid4().hex[:8]}"
+    config: dict = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    state = {"messages": [], "step": 0}
+    versions: dict[str, Any] = {}
+
+    def put(index: int) -> None:
+        nonlocal config
+        state["messages"] = [*state["messages"], f"{index}: {MESSAGE}"][-20:]
+        state["step"] = index
+        checkpoint = empty_checkpoint()
+        new = {}
+        for channel in ("messages", "step"):
+            versions[channel] = saver.get_next_version(versions.get(channel), None)
+            new[channel] = versions[channel]
+        checkpoint["channel_values"] = dict(state)
+        checkpoint["channel_versions"] = dict(versions)
+        config = saver.put(config, checkpoint, {"source": "loop", "step": index}, new)
+
+    def put_writes(index: int) -> None:
+        saver.put_writes(config, [("messages", f"write {index}"), ("step", index)], f"task-{index}")
+
+    latest = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    thread_config = {"configurable": {"thread_id": thread}}
+    return {
+        "put_ms": _timed(put),
+        "put_writes_ms": _timed(put_writes),
+        "get_tuple_ms": _timed(lambda _i: saver.get_tuple(latest)),
+        "list_ms": _timed(lambda _i: list(saver.list(thread_config, limit=10))),
+    }
+
+
+def _store_workload(store) -> dict[str, float]:
+    user = f"bench-{uuid.uuid4().hex[:8]}"
+    space = (user, "memories")
+
+    def put(index: int) -> None:
+        store.put(space, f"k{index % 50}", {"text": f"note {index}: {MESSAGE}", "n": index})
+
+    return {
+        "put_ms": _timed(put),
+        "get_ms": _timed(lambda i: store.get(space, f"k{abs(i) % 50}")),
+        "search_filter_ms": _timed(
+            lambda _i: store.search(space, filter={"n": {"$gte": 50}}, limit=10)
+        ),
+        "search_query_ms": _timed(
+            lambda _i: store.search(space, query="return flight seat map", limit=10)
+        ),
+    }
+
+
+def measure(service) -> dict[str, Any]:
+    """Run against a started bench service (its own app and key)."""
+    # langgraph: the bench extra, imported only when this benchmark runs.
+    from ctxadmin_client.langgraph import CtxAdminSaver, CtxAdminStore
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+
+    api = bench_client(service, "langgraph", "sessions", "memory")
+    embedder = HashingEmbedder(DIMENSION)
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [embedder.vector(text) for text in texts]
+
+    results: dict[str, Any] = {}
+    with CtxAdminSaver(service.base_url, api.key, app=api.app) as saver:
+        results["saver"] = _saver_workload(saver)
+    with CtxAdminStore(service.base_url, api.key, app=api.app) as store:
+        results["store"] = _store_workload(store)
+    url = fresh_database(service.database_url, PEER_DB)
+    with PostgresSaver.from_conn_string(url) as peer_saver:
+        peer_saver.setup()
+        results["peer_saver"] = _saver_workload(peer_saver)
+    index = {"dims": DIMENSION, "embed": embed, "fields": ["text"]}
+    with PostgresStore.from_conn_string(url, index=index) as peer_store:
+        peer_store.setup()
+        results["peer_store"] = _store_workload(peer_store)
+    return results
+
+
+SAVER_ROWS = (
+    ("`put` (two new blobs)", "put_ms"),
+    ("`put_writes` (two writes)", "put_writes_ms"),
+    ("`get_tuple` (latest)", "get_tuple_ms"),
+    ("`list` (newest 10)", "list_ms"),
+)
+STORE_ROWS = (
+    ("`put`", "put_ms"),
+    ("`get`", "get_ms"),
+    ("`search`, value filter", "search_filter_ms"),
+    ("`search`, query", "search_query_ms"),
+)
+
+
+def _rows(ours: dict[str, float], peer: dict[str, float], rows) -> str:
+    return "\n".join(
+        f"| {label} | {ours[key]} | {peer[key]} | {ours[key] / peer[key]:.2f} |"
+        for label, key in rows
+    )
+
+
+def report(results: dict[str, Any]) -> str:
+    return f"""{SECTION}
+
+`ctxadmin_client.langgraph`'s `CtxAdminSaver` and `CtxAdminStore` (HTTP to the service) beside
+LangGraph's `PostgresSaver` and `PostgresStore` (psycopg in process, one connection) on the
+same PostgreSQL server, the same calls one at a time, p50 ms of {REPS}. Ratio = ctxadmin /
+LangGraph (above 1: the adapter costs more per call).
+
+| saver call | CtxAdminSaver | PostgresSaver | ratio |
+| --- | --- | --- | --- |
+{_rows(results["saver"], results["peer_saver"], SAVER_ROWS)}
+
+| store call | CtxAdminStore | PostgresStore | ratio |
+| --- | --- | --- | --- |
+{_rows(results["store"], results["peer_store"], STORE_ROWS)}
+"""
+
+
+def main() -> None:
+    service = bench_service(stack.var_dir() / "bench-langgraph")
+    try:
+        results = measure(service)
+        postgres = postgres_version(service.database_url)
+    finally:
+        stop_service(service)
+    section = report(results)
+    box = machine()
+    stamp = (
+        f"\n\nRecorded by `.venv/bin/python -m bench.langgraph_client_bench` on "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({box['cpu']}, {box['cores']} cores, "
+        f"PostgreSQL {postgres}; one machine for client, server and database).\n"
+    )
+    section = section.replace("\n\n`ctxadmin_client", stamp + "\n`ctxadmin_client", 1)
+    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
+    print(section)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,378 @@
+"""``CtxAdminStore``: LangGraph's ``BaseStore`` on ctxadmin's long-term memory.
+
+**Mapping.** A namespace's first label names the ctxadmin user whose memory holds the item
+(``("alice", "prefs")`` lives in user ``alice``'s memory, so erasing ``alice`` erases her
+items, and a search never crosses users); it must be a valid user id (1-128 characters of
+``A-Z a-z 0-9 . _ : @ -``, starting with a letter or digit). Each item is one memory: its
+content is the value as JSON (what lexical and vector search read), its metadata holds the
+whole namespace (``lg.namespace``), one key per label after the first (``lg.ns.1``, ...,
+for prefix filters the server applies), the depth (``lg.depth``), the key (``lg.key``) and
+the put's ``index`` (``lg.index``). A put of a namespace and key adds the new memory, then
+deletes the one it replaces; a put of ``None`` deletes it.
+
+**Reads.** ``get`` is the newest memory of the namespace and key. ``search`` without a
+query lists the prefix's memories newest first; with a query it is ctxadmin's hybrid search
+in the user's memory (``score`` is the hit's score; only hits with evidence are returned).
+The value ``filter`` keeps LangGraph's semantics and is applied by this adapter: equality
+(dicts field by field, lists element by element), ``$eq``, ``$ne``, and ``$gt``/``$gte``/
+``$lt``/``$lte``, which compare numbers as numbers and strings as strings (see
+``_filters``). ``list_namespaces`` needs a prefix condition whose first label names the
+user. As in LangGraph's in-memory store, a batch's reads see the store as it was before the
+batch's puts, and the last put of a namespace and key wins.
+
+**Limits.** Memory's: a value's JSON at most ``CTXADMIN_MEMORY_MAX_CONTENT_BYTES`` (32 KiB by
+default); a value that looks like it carries a credential is refused (422
+``sensitive_memory_content``); a namespace's labels and key within
+``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Items have no TTL (``supports_ttl`` is False: a
+``ttl`` is refused by LangGraph before it reaches the store); the app's memory policy
+(``default_ttl_seconds``) expires them. ``batch`` speaks through a ``Client``,
+``abatch`` through an ``AsyncClient``: each operation is written once, as the requests it
+makes, and each of the two runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from ctxadmin_client import AsyncClient, Client, NotFoundError
+from ctxadmin_client.langgraph import _filters
+from ctxadmin_client.langgraph._connection import Connection
+
+NAMESPACE = "lg.namespace"
+KEY = "lg.key"
+DEPTH = "lg.depth"
+INDEX = "lg.index"
+#: Memories read per page while listing.
+PAGE_SIZE = 200
+#: Hits asked of a semantic search (the API's maximum).
+SEARCH_LIMIT = 100
+
+
+def _label_key(position: int) -> str:
+    return f"lg.ns.{position}"
+
+
+def _user(namespace: tuple[str, ...], what: str) -> str:
+    if not namespace or namespace[0] == "*":
+        raise ValueError(
+            f"{what} needs a namespace (prefix) whose first label names the ctxadmin user"
+        )
+    return namespace[0]
+
+
+def _scope_filter(prefix: tuple[str, ...], *, exact: bool = False) -> dict[str, Any]:
+    """The memory filter of the items under ``prefix`` (the user aside), or in exactly it."""
+    found: dict[str, Any] = {KEY: {"$exists": True}}
+    for position, label in enumerate(prefix[1:], start=1):
+        if label != "*":
+            found[_label_key(position)] = label
+    if exact:
+        found[DEPTH] = len(prefix)
+    return found
+
+
+def _item(entry: Mapping[str, Any], score: float | None = None, *, scored: bool = False):
+    metadata = entry["metadata"]
+    stamp = entry.get("created_at") or entry["timestamp"]  # a search hit has its time only
+    when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    fields = {
+        "namespace": tuple(metadata[NAMESPACE]),
+        "key": metadata[KEY],
+        "value": json.loads(entry["content"]),
+        "created_at": when,
+        "updated_at": when,
+    }
+    if scored:
+        return SearchItem(**fields, score=score)
+    return Item(**fields)
+
+
+def _unique(items: Iterable[SearchItem]) -> Iterator[SearchItem]:
+    """Each namespace and key once, at its first (newest, or best) place: two puts of one key
+    that raced leave two memories until the next put of it, and a read shows one."""
+    seen: set[tuple[tuple[str, ...], str]] = set()
+    for item in items:
+        if (item.namespace, item.key) not in seen:
+            seen.add((item.namespace, item.key))
+            yield item
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """Read the user's memories under ``filter``, newest first, page by page, until
+    ``enough`` says the items kept so far suffice (None: read them all)."""
+
+    user: str
+    filter: dict[str, Any]
+    keep: Callable[[dict[str, Any]], bool]
+    enough: int | None = None
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One client method (``search_memory``, ``add_memory``, ``delete_memory``)."""
+
+    method: str
+    args: tuple
+    kwargs: dict[str, Any]
+    missing_ok: bool = False
+
+
+Plan = Generator["_Scan | _Call", Any, Any]
+
+
+def _check(op: Op) -> None:
+    if isinstance(op, GetOp | PutOp):
+        _user(op.namespace, "an item")
+    elif isinstance(op, SearchOp):
+        _user(op.namespace_prefix, "a search")
+        _filters.check(op.filter)
+    elif isinstance(op, ListNamespacesOp):
+        prefixes = [c.path for c in op.match_conditions or () if c.match_type == "prefix"]
+        if not prefixes:
+            raise ValueError(
+                "list_namespaces needs a prefix whose first label names the ctxadmin user"
+            )
+        _user(tuple(prefixes[0]), "list_namespaces")
+
+
+class CtxAdminStore(BaseStore):
+    """LangGraph's long-term memory store kept in ctxadmin app ``app`` (an API key with the
+    ``memory`` scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/
+    ``CTXADMIN_API_KEY``) make the clients, or pass ready ones as ``client`` (sync) and
+    ``async_client``. ``search_mode``: ``hybrid`` (default), ``lexical`` or ``vector``."""
+
+    supports_ttl = False
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        app: str,
+        client: Client | None = None,
+        async_client: AsyncClient | None = None,
+        search_mode: str | None = None,
+        **client_options: Any,
+    ) -> None:
+        self._connection = Connection(
+            base_url,
+            api_key,
+            app=app,
+            client=client,
+            async_client=async_client,
+            **client_options,
+        )
+        self.app = app
+        self.search_mode = search_mode
+
+    def close(self) -> None:
+        self._connection.close()
+
+    async def aclose(self) -> None:
+        await self._connection.aclose()
+
+    def __enter__(self) -> CtxAdminStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> CtxAdminStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------ batches
+    def _plans(self, ops: Iterable[Op]) -> tuple[list[Plan | None], list[Plan]]:
+        """A plan per read (None for a put), and the puts' plans, to run after the reads: as
+        in LangGraph's in-memory store, a batch's reads see the store before its puts, and
+        the last put of a namespace and key wins."""
+        reads: list[Plan | None] = []
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        ops = list(ops)
+        for op in ops:  # every operation checked before any request: nothing half-applies
+            _check(op)
+        for op in ops:
+            if isinstance(op, GetOp):
+                reads.append(self._get(op))
+            elif isinstance(op, SearchOp):
+                reads.append(self._search(op))
+            elif isinstance(op, ListNamespacesOp):
+                reads.append(self._list_namespaces(op))
+            elif isinstance(op, PutOp):
+                puts.pop((op.namespace, op.key), None)
+                puts[(op.namespace, op.key)] = op
+                reads.append(None)
+            else:
+                raise ValueError(f"unknown operation: {type(op).__name__}")
+        return reads, [self._put(op) for op in puts.values()]
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        reads, puts = self._plans(ops)
+        results = [None if plan is None else self._run(plan) for plan in reads]
+        for plan in puts:
+            self._run(plan)
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        reads, puts = self._plans(ops)
+        results = [None if plan is None else await self._arun(plan) for plan in reads]
+        for plan in puts:
+            await self._arun(plan)
+        return results
+
+    # ------------------------------------------------------------------ the two runners
+    def _run(self, plan: Plan) -> Any:
+        client = self._connection.client
+        answer = None
+        try:
+            while True:
+                request = plan.send(answer)
+                if isinstance(request, _Scan):
+                    answer = []
+                    for entry in client.list_memories(
+                        self.app, request.user, filter=request.filter, limit=PAGE_SIZE
+                    ):
+                        if request.keep(entry):
+                            answer.append(entry)
+                            if request.enough is not None and len(answer) >= request.enough:
+                                break
+                else:
+                    try:
+                        answer = getattr(client, request.method)(*request.args, **request.kwargs)
+                    except NotFoundError:
+                        if not request.missing_ok:
+                            raise
+                        answer = None  # deleted meanwhile: gone either way
+        except StopIteration as done:
+            return done.value
+
+    async def _arun(self, plan: Plan) -> Any:
+        client = self._connection.async_client
+        answer = None
+        try:
+            while True:
+                request = plan.send(answer)
+                if isinstance(request, _Scan):
+                    answer = []
+                    async for entry in client.list_memories(
+                        self.app, request.user, filter=request.filter, limit=PAGE_SIZE
+                    ):
+                        if request.keep(entry):
+                            answer.append(entry)
+                            if request.enough is not None and len(answer) >= request.enough:
+                                break
+                else:
+                    try:
+                        answer = await getattr(client, request.method)(
+                            *request.args, **request.kwargs
+                        )
+                    except NotFoundError:
+                        if not request.missing_ok:
+                            raise
+                        answer = None  # deleted meanwhile: gone either way
+        except StopIteration as done:
+            return done.value
+
+    # ------------------------------------------------------------------ operations
+    def _current(self, namespace: tuple[str, ...], key: str) -> Plan:
+        user = _user(namespace, "an item")
+        found = {**_scope_filter(namespace, exact=True), KEY: key}
+        return (yield _Scan(user, found, lambda _entry: True))
+
+    def _get(self, op: GetOp) -> Plan:
+        entries = yield from self._current(op.namespace, op.key)
+        return _item(entries[0]) if entries else None
+
+    def _put(self, op: PutOp) -> Plan:
+        user = _user(op.namespace, "an item")
+        replaced = [entry["id"] for entry in (yield from self._current(op.namespace, op.key))]
+        kept = None
+        if op.value is not None:
+            metadata: dict[str, Any] = {
+                NAMESPACE: list(op.namespace),
+                DEPTH: len(op.namespace),
+                KEY: op.key,
+            }
+            for position, label in enumerate(op.namespace[1:], start=1):
+                metadata[_label_key(position)] = label
+            if op.index is not None:
+                metadata[INDEX] = op.index if op.index is False else list(op.index)
+            content = json.dumps(op.value, ensure_ascii=False, separators=(",", ":"))
+            added = yield _Call(
+                "add_memory",
+                (self.app, user, content),
+                # A retry of this add is the same memory, never a second one.
+                {"metadata": metadata, "idempotency_key": f"langgraph:{uuid.uuid4().hex}"},
+            )
+            kept = added["id"]
+        for memory_id in replaced:
+            if memory_id != kept:
+                yield _Call("delete_memory", (self.app, user, memory_id), {}, missing_ok=True)
+
+    def _search(self, op: SearchOp) -> Plan:
+        user = _user(op.namespace_prefix, "a search")
+        _filters.check(op.filter)
+        scope = _scope_filter(op.namespace_prefix)
+        wanted = op.offset + op.limit
+        if op.limit <= 0:
+            return []
+        if op.query:
+            answer = yield _Call(
+                "search_memory",
+                (self.app, user, op.query),
+                {
+                    "mode": self.search_mode,
+                    "limit": SEARCH_LIMIT if op.filter else min(SEARCH_LIMIT, wanted),
+                    "filter": scope,
+                },
+            )
+            items = _unique(_item(hit, hit.get("score"), scored=True) for hit in answer["hits"])
+            found = [item for item in items if _filters.item_matches(item.value, op.filter)]
+            return found[op.offset : wanted]
+        seen: set[tuple[tuple[str, ...], str]] = set()
+
+        def keep(entry: dict[str, Any]) -> bool:
+            # Each namespace and key once (the newest), and only what the filter matches.
+            metadata = entry["metadata"]
+            key = (tuple(metadata[NAMESPACE]), metadata[KEY])
+            if key in seen:
+                return False
+            seen.add(key)
+            return _filters.item_matches(json.loads(entry["content"]), op.filter)
+
+        entries = yield _Scan(user, scope, keep, wanted)
+        return [_item(entry, scored=True) for entry in entries][op.offset : wanted]
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> Plan:
+        prefix = next(tuple(c.path) for c in op.match_conditions if c.match_type == "prefix")
+        user = _user(prefix, "list_namespaces")
+        entries = yield _Scan(user, _scope_filter(prefix), lambda _entry: True)
+        namespaces: set[tuple[str, ...]] = set()
+        for entry in entries:
+            namespace = tuple(entry["metadata"][NAMESPACE])
+            if all(
+                _filters.namespace_matches(namespace, c.match_type, tuple(c.path))
+                for c in op.match_conditions
+            ):
+                namespaces.add(namespace[: op.max_depth] if op.max_depth is not None else namespace)
+        return sorted(namespaces)[op.offset : op.offset + op.limit]
