@@ -431,6 +431,7 @@ SPECTACULAR_SETTINGS = {
         "runner.api.operation_docs.add_operation_docs",
         "memory.api.operation_docs.add_operation_docs",
         "caching.api.operation_docs.add_operation_docs",
+        "sessions_app.threads.api.operation_docs.add_operation_docs",
     ],
     "DISABLE_ERRORS_AND_WARNINGS": False,
     # Swagger UI's assets ship with the project (no CDN).

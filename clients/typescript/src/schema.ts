@@ -97,7 +97,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The checkpoints of every thread of the app, newest id first, each with its channel blobs and pending writes. */
+        /**
+         * List the checkpoints of every graph thread of the app
+         * @description The checkpoints of every thread of the app, newest id first, each with its channel blobs and pending writes.
+         */
         get: operations["checkpoints_list"];
         put?: never;
         post?: never;
@@ -333,7 +336,10 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** @description Delete the thread with every checkpoint, blob and write (204 also when there is no such thread). */
+        /**
+         * Delete a graph thread with its checkpoints and writes
+         * @description Delete the thread with every checkpoint, blob and write (204 also when there is no such thread).
+         */
         delete: operations["thread_delete"];
         options?: never;
         head?: never;
@@ -347,10 +353,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The thread's checkpoints, newest id first, each with its channel blobs and pending writes (`limit=1` with `checkpoint_ns`: the latest). */
+        /**
+         * List a graph thread's checkpoints
+         * @description The thread's checkpoints, newest id first, each with its channel blobs and pending writes (`limit=1` with `checkpoint_ns`: the latest).
+         */
         get: operations["thread_checkpoints_list"];
         put?: never;
-        /** @description Store a checkpoint (a repeat of its id replaces it) with the blobs of its new channel versions; a blob already stored for its (namespace, channel, version) is kept. The thread is made if new. The namespace's checkpoints beyond CTXADMIN_THREAD_CHECKPOINTS_KEEP are pruned with their writes and unreachable blobs. */
+        /**
+         * Store a checkpoint of a graph thread
+         * @description Store a checkpoint (a repeat of its id replaces it) with the blobs of its new channel versions; a blob already stored for its (namespace, channel, version) is kept. The thread is made if new. The namespace's checkpoints beyond CTXADMIN_THREAD_CHECKPOINTS_KEEP are pruned with their writes and unreachable blobs.
+         */
         post: operations["thread_checkpoints_put"];
         delete?: never;
         options?: never;
@@ -365,7 +377,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description One checkpoint of the namespace (default the root, ``), with its channel blobs and pending writes; 404 when there is none. */
+        /**
+         * One checkpoint of a graph thread
+         * @description One checkpoint of the namespace (default the root, ``), with its channel blobs and pending writes; 404 when there is none.
+         */
         get: operations["thread_checkpoint_get"];
         put?: never;
         post?: never;
@@ -384,7 +399,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Store a task's pending writes against the checkpoint. A write whose (task, idx) is stored is kept; LangGraph's special channels (negative idx) replace. */
+        /**
+         * Store a task's pending writes on a checkpoint
+         * @description Store a task's pending writes against the checkpoint. A write whose (task, idx) is stored is kept; LangGraph's special channels (negative idx) replace.
+         */
         post: operations["thread_checkpoint_writes_put"];
         delete?: never;
         options?: never;
