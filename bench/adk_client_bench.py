@@ -17,13 +17,10 @@ import asyncio
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
-from bench.machine import machine, postgres_version
-from bench.sections import REPORT, splice
-from bench.service import bench_client, bench_service, stop_service
-from ctxadmin import stack
+from bench.alone import run_alone
+from bench.service import bench_client
 
 SECTION = "## ADK services through the client"
 PEER_DB = "adk_client_bench"
@@ -229,22 +226,9 @@ def _overhead_row(label: str, over: dict[str, float], name: str) -> str:
 
 
 def main() -> None:
-    service = bench_service(stack.var_dir() / "bench-adk-client")
-    try:
-        results = measure(service)
-        postgres = postgres_version(service.database_url)
-    finally:
-        stop_service(service)
-    section = report(results)
-    box = machine()
-    stamp = (
-        f"\n\nRecorded by `.venv/bin/python -m bench.adk_client_bench` on "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({box['cpu']}, {box['cores']} cores, "
-        f"PostgreSQL {postgres}; one machine for client, server and database).\n"
+    run_alone(
+        "adk_client_bench", "bench-adk-client", SECTION, measure, report, "\n\n`ctxadmin_client"
     )
-    section = section.replace("\n\n`ctxadmin_client", stamp + "\n`ctxadmin_client", 1)
-    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
-    print(section)
 
 
 if __name__ == "__main__":

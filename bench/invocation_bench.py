@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from datetime import UTC, datetime
 
-from bench.machine import machine, postgres_version
-from bench.sections import REPORT, splice
-from bench.service import bench_client, bench_service, stop_service
-from ctxadmin import stack
+from bench.alone import run_alone
+from bench.service import bench_client
 
 PRIOR_EVENTS = 200
 SESSIONS = 120
@@ -152,23 +149,14 @@ answer, and returns. Overhead = the request's time minus the provider time it re
 
 
 def main() -> None:
-    service = bench_service(stack.var_dir() / "bench-invocation")
-    try:
-        api = bench_client(service, "invoke", "sessions")
-        results = measure(api)
-        postgres = postgres_version(service.database_url)
-    finally:
-        stop_service(service)
-    section = report(results)
-    box = machine()
-    stamp = (
-        f"\n\nRecorded by `.venv/bin/python -m bench.invocation_bench` on "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({box['cpu']}, {box['cores']} cores, "
-        f"PostgreSQL {postgres}; one machine for client, server and database).\n"
+    run_alone(
+        "invocation_bench",
+        "bench-invocation",
+        SECTION,
+        lambda service: measure(bench_client(service, "invoke", "sessions")),
+        report,
+        "\n\n`POST",
     )
-    section = section.replace("\n\n`POST", stamp + "\n`POST", 1)
-    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
-    print(section)
 
 
 if __name__ == "__main__":

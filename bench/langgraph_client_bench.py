@@ -28,14 +28,11 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
+from bench.alone import run_alone
 from bench.langgraph_peer import fresh_database
-from bench.machine import machine, postgres_version
-from bench.sections import REPORT, splice
-from bench.service import bench_client, bench_service, stop_service
-from ctxadmin import stack
+from bench.service import bench_client
 from memory.embedders import HashingEmbedder
 
 SECTION = "## LangGraph backends through the client"
@@ -182,22 +179,14 @@ LangGraph (above 1: the adapter costs more per call).
 
 
 def main() -> None:
-    service = bench_service(stack.var_dir() / "bench-langgraph")
-    try:
-        results = measure(service)
-        postgres = postgres_version(service.database_url)
-    finally:
-        stop_service(service)
-    section = report(results)
-    box = machine()
-    stamp = (
-        f"\n\nRecorded by `.venv/bin/python -m bench.langgraph_client_bench` on "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({box['cpu']}, {box['cores']} cores, "
-        f"PostgreSQL {postgres}; one machine for client, server and database).\n"
+    run_alone(
+        "langgraph_client_bench",
+        "bench-langgraph",
+        SECTION,
+        measure,
+        report,
+        "\n\n`ctxadmin_client",
     )
-    section = section.replace("\n\n`ctxadmin_client", stamp + "\n`ctxadmin_client", 1)
-    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
-    print(section)
 
 
 if __name__ == "__main__":

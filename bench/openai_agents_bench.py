@@ -21,15 +21,12 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.machine import machine, postgres_version
-from bench.sections import REPORT, splice
-from bench.service import bench_client, bench_service, stop_service
-from ctxadmin import stack
+from bench.alone import run_alone
+from bench.service import bench_client
 
 SECTION = "## OpenAI Agents SDK session"
 PEER_DB = "openai_agents_bench"
@@ -218,22 +215,14 @@ ratios, taken call by call under the same load, move less.
 
 
 def main() -> None:
-    service = bench_service(stack.var_dir() / "bench-openai-agents")
-    try:
-        results = measure(service)
-        postgres = postgres_version(service.database_url)
-    finally:
-        stop_service(service)
-    section = report(results)
-    box = machine()
-    stamp = (
-        f"\n\nRecorded by `.venv/bin/python -m bench.openai_agents_bench` on "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({box['cpu']}, {box['cores']} cores, "
-        f"PostgreSQL {postgres}; one machine for client, server and database).\n"
+    run_alone(
+        "openai_agents_bench",
+        "bench-openai-agents",
+        SECTION,
+        measure,
+        report,
+        "\n\n`ctxadmin_client",
     )
-    section = section.replace("\n\n`ctxadmin_client", stamp + "\n`ctxadmin_client", 1)
-    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
-    print(section)
 
 
 if __name__ == "__main__":
