@@ -20,6 +20,7 @@ from ctxadmin.providers.wire import (
     JsonCall,
     bad,
     count,
+    from_user_turn,
     function_call,
     generation,
     json_text,
@@ -155,7 +156,7 @@ def _blocks(content: dict) -> list[dict]:
 
 def _messages(call: GenerateCall) -> list[dict]:
     messages: list[dict] = []
-    for content in call.contents:
+    for content in from_user_turn(call.contents):
         blocks = _blocks(content)
         if not blocks:
             continue

@@ -42,6 +42,19 @@ class GenerateCall:
     cached_content: str | None
 
 
+def from_user_turn(contents: list[dict]) -> list[dict]:
+    """``contents`` from its first user turn that answers no call: a history cut by a budget
+    may begin with a model turn, a function call or an orphaned function response, which
+    Gemini (a call turn follows a user or response turn) and Anthropic (the first message is
+    the user's) refuse. Unchanged when there is no such turn (the provider then says why)."""
+    for index, content in enumerate(contents):
+        if content.get("role") == "user" and not any(
+            "function_response" in part for part in content.get("parts", [])
+        ):
+            return contents[index:]
+    return contents
+
+
 # --------------------------------------------------------------------------- arguments
 
 

@@ -385,3 +385,32 @@ def test_round_trip_is_accepted(fake):
     assert fake.problems == []
     assert second.parts == [{"text": REPLY}]
     assert len(fake.requests) == 2
+
+
+def _first_turn(kind: str, body: dict):
+    """The first conversational turn of a request in the provider's wire format."""
+    if kind == "gemini":
+        return body["contents"][0]
+    messages = [m for m in body["messages"] if m["role"] != "system"]
+    return messages[0]
+
+
+def test_a_history_cut_before_its_user_turn_starts_at_a_user_turn(fake):
+    """A budget cut can leave a history that opens with the model's call, its orphaned
+    response and the model's answer: each provider refuses that order (Gemini: a call turn
+    follows a user or response turn; Anthropic: the first message is the user's; OpenAI:
+    a tool message answers the calls just before it), so the request starts at the first
+    user turn that answers no call."""
+    contents = [
+        {"role": "model", "parts": [{"function_call": CALL}]},
+        {"role": "user", "parts": [{"function_response": RESPONSE}]},
+        {"role": "model", "parts": [{"text": "It shipped."}]},
+        {"role": "user", "parts": [{"text": PROMPT}]},
+    ]
+    fake.script(fake.success(REPLY))
+    run(fake.connection(), contents=contents)
+    assert fake.problems == []
+    first = _first_turn(fake.kind, fake.requests[-1].json)
+    assert first["role"] == "user"
+    assert PROMPT in json.dumps(first)
+    assert RESULT_VALUE not in json.dumps(fake.requests[-1].json)
