@@ -2,8 +2,8 @@
 
 Memory text is reference data, never instructions: each hit becomes one block inside
 explicit delimiters, with its markup escaped so stored text cannot close the block or open
-another, cut to the byte budgets on a character boundary. The slot's first block opens with
-the preamble that says so, once for the whole slot.
+another, cut to the byte budgets on a character boundary, after the preamble that says so
+(once for the whole slot).
 """
 
 from __future__ import annotations
@@ -64,22 +64,55 @@ def in_text(content: str, history_json: str) -> bool:
     return canonical_json(content).decode("utf-8")[1:-1] in history_json
 
 
+def _json_len(text: str) -> int:
+    """The bytes of ``text`` inside a canonical JSON string (its escapes counted, not the
+    quotes): escaping works character by character, so the parts of a text add up."""
+    return len(canonical_json(text)) - 2
+
+
 def pack_hits(
     hits: list[dict], *, max_hit_bytes: int, room_bytes: int, history_json: str
 ) -> tuple[list[dict], int]:
-    """The memory slot packed into ``room_bytes`` (its canonical JSON, brackets and commas
-    counted), best hit first: a hit whose text the selected history already holds is not
-    sent twice, and one too large for what remains is passed over for smaller ones after it.
-    Returns the items and the slot's size (0 when empty)."""
-    items: list[dict] = []
-    used = 2  # the list's brackets
+    """The memory slot packed into ``room_bytes`` (its canonical JSON), best hit first, as
+    one untrusted reference item holding every hit: ``{"memory_ids": [...], "untrusted":
+    true, "content": {"role": "user", "parts": [{"text": preamble, then one <memory n=…>
+    block per hit}]}}``, where ``n`` is the hit's place in ``memory_ids``. A hit whose text
+    the selected history already holds is not sent twice, and one too large for what
+    remains is passed over for smaller ones after it. Returns the slot and its size."""
+    empty = {
+        "memory_ids": [],
+        "untrusted": True,
+        "content": {"role": "user", "parts": [{"text": PREAMBLE}]},
+    }
+    used = canonical_size([empty])
+    if used > room_bytes:
+        return [], 0
+    ids: list[str] = []
+    blocks: list[str] = []
     for hit in hits:
         if in_text(hit["content"], history_json):
             continue
-        item = _item(hit, max_hit_bytes, first=not items)
-        size = canonical_size(item) + (1 if items else 0)
+        body, truncated = _cut(escape(hit["content"]), max_hit_bytes)
+        marker = ' truncated="true"' if truncated else ""
+        block = f'\n<memory n="{len(ids) + 1}"{marker}>\n{body}\n</memory>'
+        size = _json_len(block) + len(hit["id"]) + 2 + (1 if ids else 0)
         if used + size > room_bytes:
             continue
-        items.append(item)
+        ids.append(hit["id"])
+        blocks.append(block)
         used += size
-    return items, (used if items else 0)
+    if not ids:
+        return [], 0
+    slot = [
+        {
+            "memory_ids": ids,
+            "untrusted": True,
+            "content": {"role": "user", "parts": [{"text": PREAMBLE + "".join(blocks)}]},
+        }
+    ]
+    return slot, used
+
+
+def hit_count(slot: list[dict]) -> int:
+    """The hits in a memory slot: one per item, or the ids of a packed item."""
+    return sum(len(item["memory_ids"]) if "memory_ids" in item else 1 for item in slot)

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from ctxadmin.canonical import canonical_json, canonical_size
+from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError
-from ctxadmin.pruning import prune_secrets
 from memory import render
 from memory import search as memory_search
 from runner.inputs import ContextRequest, MemoryRetrieval
@@ -137,7 +136,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
                 status_code=422,
                 details={
                     "compaction_id": compaction_id,
-                    "memory_hits": len(parts["memory"]),
+                    "memory_hits": render.hit_count(parts["memory"]),
                     "reason": checkpoint.reason,
                     "measured_bytes": overflow.measured_bytes,
                     "limit_bytes": overflow.limit_bytes,
@@ -183,7 +182,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
             "bytes_per_token": policy.bytes_per_token,
             "truncated": selection.truncated,
             "compaction_id": compaction_id,
-            "memory_hits": len(parts["memory"]),
+            "memory_hits": render.hit_count(parts["memory"]),
             "build_ms": round(elapsed_ms, 3),
         },
         fingerprint=fingerprint,
@@ -231,14 +230,13 @@ def _pack(
     shrinks or keeps its size). Returns the selection, its items, the slot and its bytes."""
 
     def packed(history_items: list[str], slot_room: int) -> tuple[list[dict], int]:
-        memory, _size = render.pack_hits(
+        memory, size = render.pack_hits(
             hits,
             max_hit_bytes=max_hit_bytes,
             room_bytes=slot_room,
             history_json=",".join(history_items),
         )
-        memory = prune_secrets(memory)
-        return memory, canonical_size(memory) if memory else 0
+        return memory, size
 
     used = selection.history_bytes + env.FRAMING_PER_ITEM_BYTES * len(items)
     memory, memory_bytes = packed(items, room - used)
