@@ -3,7 +3,8 @@ does the built context hold (part of ``make bench``; alone: ``python -m bench --
 evidence``, which starts a service of its own in ``var/bench-evidence``).
 
 The three LoCoMo dev conversations are replayed as sessions (each LoCoMo session one
-invocation, speaker A as the user): one session without compaction (``raw``), one with
+invocation, speaker A as the user, speaker B as the agent, named after B): one session
+without compaction (``raw``), one with
 automatic extractive compaction at a token threshold of 4,000 (``compacted``), and one with
 ADK's sliding-window compaction (``window``: compaction interval 2, overlap 1, extractive
 summaries). The raw session's events are then ingested into the user's memory through the
@@ -30,9 +31,10 @@ from ctxadmin import stack
 SECTION = "## Evidence in context"
 BUDGETS = (2048, 4096, 8192)
 CATEGORIES = (1, 2, 3, 4)
-BASELINE_MEMORY = {"mode": "hybrid", "limit": 10}
+# Memory as a caller sized it before the slot was packed: ten hits, the old default caps.
+BASELINE_MEMORY = {"mode": "hybrid", "limit": 10, "max_hit_bytes": 2048, "max_total_bytes": 8192}
 # The full builder: compaction, memory packed into what the request budget leaves.
-FULL_MEMORY = {"mode": "hybrid", "limit": 10}
+FULL_MEMORY = json.loads(os.environ.get("EVIDENCE_FULL_MEMORY", '{"mode": "hybrid", "limit": 100}'))
 COLUMNS = (
     # (name, session, memory retrieval or None)
     ("truncate", "raw", None),
@@ -121,7 +123,7 @@ def replay(api, sample: dict) -> dict[str, str]:
             status, body = api.request("PUT", f"{urls[kind]}/compaction-policy", policy)
             if status != 200:
                 raise RuntimeError(f"policy refused: {body}")
-    for _invocation, events in locomo.invocations(sample):
+    for _invocation, events in locomo.invocations(sample, named=True):
         for url in urls.values():
             api.post(f"{url}/events", {"events": events})
         for kind in ("compacted", "window"):
@@ -229,7 +231,8 @@ Recorded by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; load average 
 after each conversation's replay and at the end: {results["load"]} on 2 shared cores.
 
 The three LoCoMo dev conversations replayed as sessions (speaker A as the user, each LoCoMo
-session one invocation): without compaction (truncate), with automatic extractive compaction
+session one invocation, speaker B as the agent, named after B): without compaction
+(truncate), with automatic extractive compaction
 (`{json.dumps(locomo.COMPACTED)}`), and with ADK's sliding-window compaction as ctxadmin runs
 it (`{json.dumps(locomo.WINDOW)}`); the raw session's events ingested into the user's memory
 through the outbox (embedder: the service's default). Each of the {results["questions"]}
@@ -279,8 +282,13 @@ def run_section(command: str, extra_env: dict[str, str] | None = None) -> dict:
     section = report(results, command)
     REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
     print(section, flush=True)
+    print(json.dumps(results), flush=True)
     return results
 
 
 if __name__ == "__main__":
-    run_section("python -m bench.evidence_bench")
+    embedder = os.environ.get("EVIDENCE_EMBEDDER")
+    run_section(
+        "python -m bench.evidence_bench",
+        {"CTXADMIN_EMBEDDER": embedder} if embedder else None,
+    )

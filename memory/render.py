@@ -64,6 +64,14 @@ def in_text(content: str, history_json: str) -> bool:
     return canonical_json(content).decode("utf-8")[1:-1] in history_json
 
 
+def _said(hit: dict) -> str:
+    """Who said a hit and on which day (UTC), as the block's attributes, when known."""
+    author = (hit.get("provenance") or {}).get("author")
+    stamp = hit.get("timestamp") or ""
+    said = f' from="{escape(author).replace(chr(34), "&quot;")}"' if author else ""
+    return said + (f' on="{stamp[:10]}"' if len(stamp) >= 10 else "")
+
+
 def _json_len(text: str) -> int:
     """The bytes of ``text`` inside a canonical JSON string (its escapes counted, not the
     quotes): escaping works character by character, so the parts of a text add up."""
@@ -75,8 +83,9 @@ def pack_hits(
 ) -> tuple[list[dict], int]:
     """The memory slot packed into ``room_bytes`` (its canonical JSON), best hit first, as
     one untrusted reference item holding every hit: ``{"memory_ids": [...], "untrusted":
-    true, "content": {"role": "user", "parts": [{"text": preamble, then one <memory n=…>
-    block per hit}]}}``, where ``n`` is the hit's place in ``memory_ids``. A hit whose text
+    true, "content": {"role": "user", "parts": [{"text": preamble, then one <memory n=…
+    from=… on=…> block per hit}]}}``, where ``n`` is the hit's place in ``memory_ids``,
+    ``from`` its author and ``on`` its day (UTC), when known. A hit whose text
     the selected history already holds is not sent twice, and one too large for what
     remains is passed over for smaller ones after it. Returns the slot and its size."""
     empty = {
@@ -94,7 +103,7 @@ def pack_hits(
             continue
         body, truncated = _cut(escape(hit["content"]), max_hit_bytes)
         marker = ' truncated="true"' if truncated else ""
-        block = f'\n<memory n="{len(ids) + 1}"{marker}>\n{body}\n</memory>'
+        block = f'\n<memory n="{len(ids) + 1}"{_said(hit)}{marker}>\n{body}\n</memory>'
         size = _json_len(block) + len(hit["id"]) + 2 + (1 if ids else 0)
         if used + size > room_bytes:
             continue

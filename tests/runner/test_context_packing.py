@@ -68,7 +68,7 @@ def recalled(body: dict) -> list[str]:
         return []
     [item] = slot
     text = item["content"]["parts"][0]["text"]
-    blocks = re.findall(r'<memory n="(\d+)">\n(.*?)\n</memory>', text, re.DOTALL)
+    blocks = re.findall(r'<memory n="(\d+)"[^>]*>\n(.*?)\n</memory>', text, re.DOTALL)
     assert [int(n) for n, _body in blocks] == list(range(1, len(item["memory_ids"]) + 1))
     return [body for _n, body in blocks]
 
@@ -117,6 +117,22 @@ def test_the_slot_is_one_untrusted_item_with_one_preamble(api):
     text = item["content"]["parts"][0]["text"]
     assert text.startswith(PREAMBLE) and text.count(PREAMBLE) == 1
     assert sorted(recalled(body)) == sorted(e["content"]["parts"][0]["text"] for e in events)
+
+
+def test_each_hit_says_who_said_it_and_on_which_day(api):
+    remember(
+        api,
+        [
+            text(
+                "Melanie",
+                "Lisbon trip plan: I booked the tram tour.",
+                event_id="m1",
+                timestamp="2023-05-08T13:56:00Z",
+            )
+        ],
+    )
+    [item] = build(api, 8000, memory={})["envelope"]["memory"]
+    assert '<memory n="1" from="Melanie" on="2023-05-08">' in item["content"]["parts"][0]["text"]
 
 
 def test_stored_markup_cannot_close_its_block(api):
