@@ -79,7 +79,12 @@ def _json_len(text: str) -> int:
 
 
 def pack_hits(
-    hits: list[dict], *, max_hit_bytes: int, room_bytes: int, history_json: str
+    hits: list[dict],
+    *,
+    max_hit_bytes: int,
+    room_bytes: int,
+    history_json: str,
+    neighbours: dict[str, list[dict]] | None = None,
 ) -> tuple[list[dict], int]:
     """The memory slot packed into ``room_bytes`` (its canonical JSON), best hit first, as
     one untrusted reference item holding every hit: ``{"memory_ids": [...], "untrusted":
@@ -87,7 +92,9 @@ def pack_hits(
     from=… on=…> block per hit}]}}``, where ``n`` is the hit's place in ``memory_ids``,
     ``from`` its author and ``on`` its day (UTC), when known. A hit whose text
     the selected history already holds is not sent twice, and one too large for what
-    remains is passed over for smaller ones after it. Returns the slot and its size."""
+    remains is passed over for smaller ones after it. ``neighbours``: entries to pack right
+    after a hit (its turns before and after), by the hit's id; an entry is packed once.
+    Returns the slot and its size."""
     empty = {
         "memory_ids": [],
         "untrusted": True,
@@ -98,8 +105,10 @@ def pack_hits(
         return [], 0
     ids: list[str] = []
     blocks: list[str] = []
-    for hit in hits:
-        if in_text(hit["content"], history_json):
+    neighbours = neighbours or {}
+    candidates = (entry for hit in hits for entry in (hit, *neighbours.get(hit["id"], ())))
+    for hit in candidates:
+        if hit["id"] in ids or in_text(hit["content"], history_json):
             continue
         body, truncated = _cut(escape(hit["content"]), max_hit_bytes)
         marker = ' truncated="true"' if truncated else ""

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError
-from memory import render
+from memory import neighbours, render
 from memory import search as memory_search
 from runner.inputs import ContextRequest, MemoryRetrieval
 from sessions_app import history, telemetry
@@ -29,7 +29,10 @@ logger = logging.getLogger("ctxadmin.context")
 # Under truncate, when memory is packed into the request budget, the share of the room
 # (what the budget leaves after the instructions, tools and current input) that recent
 # history gets first; memory fills the rest, and history takes back what memory leaves.
-HISTORY_SHARE_PERCENT = 25
+HISTORY_SHARE_PERCENT = 10
+# The best hits packed with their neighbours (the same session's turns just before and after
+# each): an answer is often the turn after the question that finds it.
+NEIGHBOURED_HITS = 10
 
 
 def _memory_hits(session: Session, retrieval: MemoryRetrieval | None) -> list[dict]:
@@ -229,12 +232,17 @@ def _pack(
     what memory leaves (it only grows), and the slot packed again against it (it only
     shrinks or keeps its size). Returns the selection, its items, the slot and its bytes."""
 
+    around = neighbours.neighbours(
+        session.app, session.user_id, [hit["id"] for hit in hits[:NEIGHBOURED_HITS]]
+    )
+
     def packed(history_items: list[str], slot_room: int) -> tuple[list[dict], int]:
         memory, size = render.pack_hits(
             hits,
             max_hit_bytes=max_hit_bytes,
             room_bytes=slot_room,
             history_json=",".join(history_items),
+            neighbours=around,
         )
         return memory, size
 

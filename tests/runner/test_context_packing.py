@@ -41,8 +41,9 @@ def seed(api, events: list[dict]) -> None:
     assert result.status_code == 201, result.content
 
 
-def remember(api, events: list[dict]) -> None:
-    result = api.post(f"{MEMORIES}/events", {"session_id": "s", "events": events}, format="json")
+def remember(api, events: list[dict], session: str = "s") -> None:
+    body = {"session_id": session, "events": events}
+    result = api.post(f"{MEMORIES}/events", body, format="json")
     assert result.status_code == 200, result.content
 
 
@@ -86,7 +87,9 @@ def test_packing_fills_the_budget_and_never_exceeds_it_or_drops_the_input(api, b
     measured = len(json.dumps(slot, separators=(",", ":"), sort_keys=True).encode())
     assert accounting["bytes"]["memory"] == (measured if slot else 0)
     if budget >= 1500:
-        assert accounting["memory_hits"] >= 1 and body["envelope"]["history"]
+        assert accounting["memory_hits"] >= 1
+    if budget >= 6000:  # the newest turns keep their share
+        assert body["envelope"]["history"]
         # Filled: what is left is less than one more history item or memory hit.
         assert budget - accounting["bytes"]["total"] < 400
 
@@ -99,7 +102,7 @@ def test_a_hit_whose_text_the_history_holds_is_not_sent_twice(api):
     history = "\n".join(history_texts(body))
     assert len(body["envelope"]["history"]) == 12
     assert body["envelope"]["memory"] == []  # all of it is in the history already
-    partial = build(api, 2500, memory={})
+    partial = build(api, 6000, memory={})
     kept = "\n".join(history_texts(partial))
     assert recalled(partial) and partial["envelope"]["history"]
     for words in recalled(partial):
@@ -133,6 +136,25 @@ def test_each_hit_says_who_said_it_and_on_which_day(api):
     )
     [item] = build(api, 8000, memory={})["envelope"]["memory"]
     assert '<memory n="1" from="Melanie" on="2023-05-08">' in item["content"]["parts"][0]["text"]
+
+
+def test_a_top_hit_comes_with_the_turns_said_just_before_and_after_it(api):
+    said = [
+        ("user", "Where shall we go in spring?"),
+        ("agent", "What about the Lisbon trip plan with tram 28?"),
+        ("user", "Yes, and the pasteis in Belem."),
+        ("agent", "Noted."),
+    ]
+    events = [
+        text(author, words, event_id=f"t{n}", timestamp=f"2023-05-08T10:0{n}:00Z")
+        for n, (author, words) in enumerate(said)
+    ]
+    remember(api, events)
+    # Said between them, but in another session: not a neighbour.
+    remember(api, [text("user", "Unrelated.", event_id="o", timestamp="2023-05-08T10:01:30Z")], "o")
+    body = build(api, 8000, memory={"limit": 1, "mode": "lexical", "query": "Lisbon tram"})
+    assert recalled(body) == [said[1][1], said[0][1], said[2][1]]
+    assert body["accounting"]["memory_hits"] == 3
 
 
 def test_stored_markup_cannot_close_its_block(api):
