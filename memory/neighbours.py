@@ -20,11 +20,14 @@ _ENTRY = (
 )
 
 
-def neighbours(app: App, user_id: str, hit_ids: list[str]) -> dict[str, list[dict]]:
+def neighbours(
+    app: App, user_id: str, hit_ids: list[str], filter_sql: str = "TRUE", filter_params=()
+) -> dict[str, list[dict]]:
     """For each hit id that came from a session (with the time it was said), its previous
-    and next entries of that session, as hits (``id``, ``content``, ``timestamp``,
-    ``provenance``; previous first). One round trip, two probes of the partial index
-    ``memory_session_order`` per hit (its condition repeated, so the planner can use it)."""
+    and next entries of that session that pass the search's filter, as hits (``id``,
+    ``content``, ``timestamp``, ``provenance``; previous first). One round trip, two
+    probes of the partial index ``memory_session_order`` per hit (its condition repeated,
+    so the planner can use it)."""
     if not hit_ids:
         return {}
     side = """
@@ -32,12 +35,13 @@ def neighbours(app: App, user_id: str, hit_ids: list[str]) -> dict[str, list[dic
            FROM memory_memoryentry x
           WHERE x.app_id = h.app_id AND x.user_id = h.user_id AND x.session_id = h.session_id
             AND x.session_id <> '' AND x.source_timestamp IS NOT NULL
-            AND x.source_timestamp {op} h.source_timestamp AND {live}
+            AND x.source_timestamp {op} h.source_timestamp AND {live} AND ({filter_sql})
           ORDER BY x.source_timestamp {order}
           LIMIT 1)
     """
-    before = side.format(direction=-1, entry=_ENTRY, op="<", live=LIVE, order="DESC")
-    after = side.format(direction=1, entry=_ENTRY, op=">", live=LIVE, order="ASC")
+    common = {"entry": _ENTRY, "live": LIVE, "filter_sql": filter_sql}
+    before = side.format(direction=-1, op="<", order="DESC", **common)
+    after = side.format(direction=1, op=">", order="ASC", **common)
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -48,7 +52,7 @@ def neighbours(app: App, user_id: str, hit_ids: list[str]) -> dict[str, list[dic
                AND h.session_id <> '' AND h.source_timestamp IS NOT NULL
              ORDER BY h.id, n.direction
             """,  # noqa: S608 - constant fragments only
-            [app.pk, user_id, hit_ids],
+            [*filter_params, *filter_params, app.pk, user_id, hit_ids],
         )
         rows = cursor.fetchall()
     found: dict[str, list[dict]] = {}

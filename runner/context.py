@@ -156,7 +156,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
     items = _history(session, [metas[i] for i in selection.indices], history_view)
     if packing and hits:
         selection, items, parts["memory"], sizes["memory"] = _pack(
-            session, history_view, policy, room, hits, selection, items, retrieval.max_hit_bytes
+            session, history_view, policy, room, hits, selection, items, retrieval
         )
     envelope_json = env.assemble(parts, items)
     fingerprint = env.envelope_fingerprint(envelope_json)
@@ -225,21 +225,26 @@ def _pack(
     hits: list[dict],
     selection,
     items: list[str],
-    max_hit_bytes: int,
+    retrieval: MemoryRetrieval,
 ):
     """The memory slot packed into what the selected history leaves of ``room``, without the
     hits whose text that history holds; then, under truncate, the history selected again in
     what memory leaves (it only grows), and the slot packed again against it (it only
     shrinks or keeps its size). Returns the selection, its items, the slot and its bytes."""
 
+    search = retrieval.search
     around = neighbours.neighbours(
-        session.app, session.user_id, [hit["id"] for hit in hits[:NEIGHBOURED_HITS]]
+        session.app,
+        session.user_id,
+        [hit["id"] for hit in hits[:NEIGHBOURED_HITS]],
+        search.filter_sql,
+        search.filter_params,
     )
 
     def packed(history_items: list[str], slot_room: int) -> tuple[list[dict], int]:
         memory, size = render.pack_hits(
             hits,
-            max_hit_bytes=max_hit_bytes,
+            max_hit_bytes=retrieval.max_hit_bytes,
             room_bytes=slot_room,
             history_json=",".join(history_items),
             neighbours=around,

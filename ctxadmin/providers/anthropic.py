@@ -161,6 +161,10 @@ def _messages(call: GenerateCall) -> list[dict]:
         if not blocks:
             continue
         role = "assistant" if content["role"] == "model" else "user"
+        if not messages and role == "assistant":
+            # The first message is the user's: a leading model text (a compaction summary
+            # of the turns before) is context the request opens with.
+            role = "user"
         # Roles must alternate: consecutive contents of one role become one message.
         if messages and messages[-1]["role"] == role:
             messages[-1]["content"].extend(blocks)

@@ -43,13 +43,15 @@ class GenerateCall:
 
 
 def from_user_turn(contents: list[dict]) -> list[dict]:
-    """``contents`` from its first user turn that answers no call: a history cut by a budget
-    may begin with a model turn, a function call or an orphaned function response, which
-    Gemini (a call turn follows a user or response turn) and Anthropic (the first message is
-    the user's) refuse. Unchanged when there is no such turn (the provider then says why)."""
+    """``contents`` without the leading turns that hold a function call or response: a
+    history cut by a budget may begin with a call whose user turn was cut, or a response
+    whose call was, which Gemini (a call turn follows a user or response turn), Anthropic
+    and OpenAI (a result answers the calls just before it) refuse. A leading model text
+    (a compaction summary) is kept."""
     for index, content in enumerate(contents):
-        if content.get("role") == "user" and not any(
-            "function_response" in part for part in content.get("parts", [])
+        if not any(
+            "function_call" in part or "function_response" in part
+            for part in content.get("parts", [])
         ):
             return contents[index:]
     return contents

@@ -395,12 +395,12 @@ def _first_turn(kind: str, body: dict):
     return messages[0]
 
 
-def test_a_history_cut_before_its_user_turn_starts_at_a_user_turn(fake):
-    """A budget cut can leave a history that opens with the model's call, its orphaned
-    response and the model's answer: each provider refuses that order (Gemini: a call turn
-    follows a user or response turn; Anthropic: the first message is the user's; OpenAI:
-    a tool message answers the calls just before it), so the request starts at the first
-    user turn that answers no call."""
+def test_a_history_cut_before_its_user_turn_starts_where_the_provider_accepts(fake):
+    """A budget cut can leave a history that opens with the model's call and its orphaned
+    response: each provider refuses that order (Gemini: a call turn follows a user or
+    response turn; Anthropic: the first message is the user's; OpenAI: a tool message
+    answers the calls just before it), so those turns are left out; the model's text after
+    them (a compaction summary, say) is kept, as the user's opening for Anthropic."""
     contents = [
         {"role": "model", "parts": [{"function_call": CALL}]},
         {"role": "user", "parts": [{"function_response": RESPONSE}]},
@@ -410,7 +410,11 @@ def test_a_history_cut_before_its_user_turn_starts_at_a_user_turn(fake):
     fake.script(fake.success(REPLY))
     run(fake.connection(), contents=contents)
     assert fake.problems == []
-    first = _first_turn(fake.kind, fake.requests[-1].json)
-    assert first["role"] == "user"
-    assert PROMPT in json.dumps(first)
-    assert RESULT_VALUE not in json.dumps(fake.requests[-1].json)
+    body = fake.requests[-1].json
+    first = _first_turn(fake.kind, body)
+    assert "It shipped." in json.dumps(first)
+    assert first["role"] == (
+        "model" if fake.kind == "gemini" else "user" if fake.kind == "anthropic" else "assistant"
+    )
+    assert PROMPT in json.dumps(body)
+    assert RESULT_VALUE not in json.dumps(body) and ARG_VALUE not in json.dumps(body)

@@ -41,8 +41,8 @@ def seed(api, events: list[dict]) -> None:
     assert result.status_code == 201, result.content
 
 
-def remember(api, events: list[dict], session: str = "s") -> None:
-    body = {"session_id": session, "events": events}
+def remember(api, events: list[dict], session: str = "s", **extra) -> None:
+    body = {"session_id": session, "events": events, **extra}
     result = api.post(f"{MEMORIES}/events", body, format="json")
     assert result.status_code == 200, result.content
 
@@ -155,6 +155,18 @@ def test_a_top_hit_comes_with_the_turns_said_just_before_and_after_it(api):
     body = build(api, 8000, memory={"limit": 1, "mode": "lexical", "query": "Lisbon tram"})
     assert recalled(body) == [said[1][1], said[0][1], said[2][1]]
     assert body["accounting"]["memory_hits"] == 3
+
+
+def test_neighbours_pass_the_search_filter_too(api):
+    def at(n: int, words: str) -> dict:
+        return text("user", words, event_id=f"f{n}", timestamp=f"2023-05-08T11:0{n}:00Z")
+
+    remember(api, [at(0, "Before it.")], custom_metadata={"kind": "other"})
+    remember(
+        api, [at(1, "The Lisbon tram plan."), at(2, "After it.")], custom_metadata={"kind": "trip"}
+    )
+    memory = {"limit": 1, "mode": "lexical", "query": "Lisbon tram", "filter": {"kind": "trip"}}
+    assert recalled(build(api, 8000, memory=memory)) == ["The Lisbon tram plan.", "After it."]
 
 
 def test_stored_markup_cannot_close_its_block(api):
