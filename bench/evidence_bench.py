@@ -328,6 +328,12 @@ What each lever gained (one run per step, on the same data; the 4,096 figure of 
 step is 0.847):
 
 {LEVERS}
+Tried and not kept: recent history's first share at 5% (0.764 / 0.846 / 0.872: within the
+noise of 10%, with fewer recent turns); neighbours for the 20 best hits (0.754 / 0.839 /
+0.884: lower at 2,048 and 4,096); the speaker's name as the author of both sides' turns
+(compaction takes only `user` as the user, so the compacted session kept less). The local
+MiniLM embedder raises coverage (below) for some 11 ms of build time.
+
 Where the rest is lost: memory search itself. Its evidence recall (the share of a
 question's evidence turns among the top k hits, hybrid, hashing embedder) is 0.57 at 10,
 0.69 at 40 and 0.76 at 100 hits; with the speaker and the day searched, 0.62, 0.74 and 0.79;
