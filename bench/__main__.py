@@ -11,11 +11,12 @@ LangGraph's saver and store through the client beside LangGraph's Postgres backe
 an MCP ``memory_search`` against the same search through REST (``bench/mcp_bench``),
 and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes them,
 with their ratios, the command and the machine, to ``bench/BENCHMARKS.md`` (``--skip-peer``:
-no peer). Last, the load and fault runs (``bench/load_bench``) against a service of their
-own.
+no peer). Then the evidence a built context holds at fixed budgets
+(``bench/evidence_bench``; alone with ``--only evidence``), the secret detectors, and last,
+the load and fault runs (``bench/load_bench``) against a service of their own.
 
     .venv/bin/python -m bench [--skip-peer] [--events 2000] [--big-events 10000]
-                              [--sessions 100000]
+                              [--sessions 100000] [--only evidence]
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from bench import (
     adk_client_bench,
     adk_peer,
     cache_bench,
+    evidence_bench,
     invocation_bench,
     langgraph_client_bench,
     load_bench,
@@ -55,8 +57,16 @@ def main() -> None:
     parser.add_argument("--skip-peer", action="store_true")
     parser.add_argument("--memory-big", type=int, default=100000)
     parser.add_argument("--memory-small", type=int, default=10000)
+    parser.add_argument(
+        "--only",
+        choices=["evidence"],
+        help="run one section alone (its own service) and rewrite it in BENCHMARKS.md",
+    )
     args = parser.parse_args()
     args.raw = sys.argv[1:]
+    if args.only == "evidence":
+        evidence_bench.run_section("python -m bench --only evidence")
+        return
 
     # The service reaches its Gemini cache provider here: it must answer before it starts.
     fake_gemini = cache_bench.start_provider()
@@ -119,6 +129,8 @@ def main() -> None:
         section = langgraph_client_bench.report(langgraph_client)
         REPORT.write_text(splice(REPORT.read_text(), section, langgraph_client_bench.SECTION))
     print(f"wrote {REPORT}")
+    print("measuring evidence in context …", flush=True)
+    evidence_bench.run_section("make bench")  # a service of its own: a fresh memory
     print("measuring the secret detectors …", flush=True)
     secret_bench.run_section("make bench")  # in process: no service
     # In var/load, with a Redis of its own: its faults disturb nothing measured above.

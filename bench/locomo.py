@@ -52,7 +52,10 @@ def session_time(text: str) -> datetime:
     return parsed.replace(hour=hour, minute=int(minute), tzinfo=UTC)
 
 
-def invocations(sample: dict) -> list[tuple[str, list[dict]]]:
+def invocations(sample: dict, named: bool = False) -> list[tuple[str, list[dict]]]:
+    """The conversation's LoCoMo sessions as invocations of events: speaker A's turns are
+    the user's (author ``user``), speaker B's the agent's (author ``assistant``, or with
+    ``named`` B's name, as an agent's events carry its name)."""
     conversation = sample["conversation"]
     speaker_a = conversation["speaker_a"]
     numbers = sorted(
@@ -72,7 +75,7 @@ def invocations(sample: dict) -> list[tuple[str, list[dict]]]:
                 {
                     "event_id": turn["dia_id"],
                     "invocation_id": invocation,
-                    "author": "user" if user else "assistant",
+                    "author": "user" if user else turn["speaker"] if named else "assistant",
                     "content": {
                         "role": "user" if user else "model",
                         "parts": [{"text": turn["text"]}],

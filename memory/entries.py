@@ -40,6 +40,14 @@ from sessions_app.selectors import EventError, decode, parse_timestamp
 # task deletes it later).
 LIVE = "(expires_at IS NULL OR expires_at > now())"
 
+# What an entry's lexical vector is made of: who said it and the day it was said (from its
+# provenance, when it has them) before its content, so "what did Tim say in May" matches.
+SEARCH_TEXT = (
+    "concat_ws(' ', nullif({author}, ''), "
+    "to_char({ts}::timestamptz AT TIME ZONE 'UTC', 'FMDD FMMonth YYYY'), {content})"
+)
+_SEARCH_TEXT_PARAMS = SEARCH_TEXT.format(author="%s", ts="%s", content="%s")
+
 
 def parse_metadata(metadata: Any, path: str = "metadata") -> dict:
     """A memory's metadata: an object whose keys are 1-256 characters starting with a letter
@@ -233,7 +241,8 @@ def add_memory(
                  embedding_model, content_bytes, created_at, updated_at, expires_at,
                  retain_until)
             VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
-                    memory_search_vector(%s::regconfig, %s), %s::vector, %s, %s, now(), now(),
+                    memory_search_vector(%s::regconfig, {_SEARCH_TEXT_PARAMS}),
+                    %s::vector, %s, %s, now(), now(),
                     now() + %s::integer * interval '1 second',
                     now() + %s::integer * interval '1 day')
             ON CONFLICT (app_id, user_id, idempotency_key)
@@ -253,6 +262,8 @@ def add_memory(
                 new.author,
                 new.source_timestamp,
                 settings.CTXADMIN_MEMORY_TS_CONFIG,
+                new.author,
+                new.source_timestamp,
                 new.content,
                 None if vector is None else vector_text(vector),
                 embedder.name if vector is not None else "",

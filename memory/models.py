@@ -65,6 +65,16 @@ class MemoryEntry(models.Model):
                 models.F("id").desc(),
                 name="memory_scope_recent",
             ),
+            # A session's entries in the order they were said: a hit's neighbours (the turns
+            # just before and after it) in the context builder's memory slot.
+            models.Index(
+                "app",
+                "user_id",
+                "session_id",
+                "source_timestamp",
+                condition=~models.Q(session_id="") & models.Q(source_timestamp__isnull=False),
+                name="memory_session_order",
+            ),
             # Searches are scoped: the scope leads (btree_gin), so only its postings are read.
             GinIndex(fields=["app", "user_id", "search"], name="memory_scope_search"),
             GinIndex(fields=["metadata"], name="memory_metadata", opclasses=["jsonb_path_ops"]),

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError
-from memory import render
+from memory import neighbours, render
 from memory import search as memory_search
 from runner.inputs import ContextRequest, MemoryRetrieval
 from sessions_app import history, telemetry
@@ -26,23 +26,33 @@ from sessions_app.models import Session
 
 logger = logging.getLogger("ctxadmin.context")
 
+# Under truncate, when memory is packed into the request budget, the share of the room
+# (what the budget leaves after the instructions, tools and current input) that recent
+# history gets first; memory fills the rest, and history takes back what memory leaves.
+HISTORY_SHARE_PERCENT = 10
+# The best hits packed with their neighbours (the same session's turns just before and after
+# each): an answer is often the turn after the question that finds it.
+NEIGHBOURED_HITS = 10
 
-def _memory_items(session: Session, retrieval: MemoryRetrieval | None) -> list[dict]:
-    """The memory slot: this user's hits for the query, rendered as untrusted reference
-    blocks within the byte budgets. ``on_error: omit`` builds without memory when the search
-    fails (the accounting says so); ``error`` fails the build."""
+
+def _memory_hits(session: Session, retrieval: MemoryRetrieval | None) -> list[dict]:
+    """This user's hits for the memory query, best first. ``on_error: omit`` builds without
+    memory when the search fails (the accounting says so); ``error`` fails the build."""
     if retrieval is None:
         return []
     try:
-        hits = memory_search.search(session.app, session.user_id, retrieval.search)
+        return memory_search.search(session.app, session.user_id, retrieval.search)
     except ServiceError:
         if retrieval.on_error == "omit":
             telemetry.CONTEXT_BUILDS.labels("memory_omitted").inc()
             return []
         raise
-    return render.render_hits(
-        hits, max_hit_bytes=retrieval.max_hit_bytes, max_total_bytes=retrieval.max_total_bytes
-    )
+
+
+def _packs(retrieval: MemoryRetrieval | None) -> bool:
+    """Whether the memory slot is packed into what the request budget leaves (no
+    ``max_total_bytes``) rather than filled to a byte cap the caller chose."""
+    return retrieval is not None and retrieval.max_total_bytes is None
 
 
 def _budget_error(
@@ -65,11 +75,22 @@ def _budget_error(
 def build_context(session: Session, request: ContextRequest) -> BuiltContext:
     started = time.perf_counter()
     policy = request.policy
+    retrieval = request.memory
+    hits = _memory_hits(session, retrieval)
+    packing = _packs(retrieval)
     parts = env.fixed_parts(
         instructions=request.instructions,
         generation_config=request.generation_config,
         tools=request.tools,
-        memory=_memory_items(session, request.memory),
+        memory=[]
+        if packing
+        else render.render_hits(
+            hits,
+            max_hit_bytes=retrieval.max_hit_bytes,
+            max_total_bytes=retrieval.max_total_bytes,
+        )
+        if retrieval is not None
+        else [],
         current_input=request.current_input,
     )
     sizes = env.fixed_sizes(parts)
@@ -89,8 +110,15 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
     room = request_limit - fixed_total
     history_view = history.read_history(session.pk, policy)
     compaction_id = None
+    # Packing under truncate: recent history first, up to its share of the room; memory then
+    # fills what remains, and history takes back what memory leaves.
+    first_room = (
+        max(0, room * HISTORY_SHARE_PERCENT // 100)
+        if packing and hits and policy.overflow == "truncate"
+        else room
+    )
     try:
-        selection = _select(history_view, policy, room)
+        selection = _select(history_view, policy, first_room)
     except Overflow as overflow:
         if policy.overflow != "compress":
             telemetry.CONTEXT_BUILDS.labels("budget_exceeded").inc()
@@ -111,7 +139,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
                 status_code=422,
                 details={
                     "compaction_id": compaction_id,
-                    "memory_hits": len(parts["memory"]),
+                    "memory_hits": render.hit_count(parts["memory"]),
                     "reason": checkpoint.reason,
                     "measured_bytes": overflow.measured_bytes,
                     "limit_bytes": overflow.limit_bytes,
@@ -126,6 +154,10 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
 
     metas = history_view.metas
     items = _history(session, [metas[i] for i in selection.indices], history_view)
+    if packing and hits:
+        selection, items, parts["memory"], sizes["memory"] = _pack(
+            session, history_view, policy, room, hits, selection, items, retrieval
+        )
     envelope_json = env.assemble(parts, items)
     fingerprint = env.envelope_fingerprint(envelope_json)
     accounting = env.accounting(sizes, selection.history_bytes, len(items), policy.bytes_per_token)
@@ -153,7 +185,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
             "bytes_per_token": policy.bytes_per_token,
             "truncated": selection.truncated,
             "compaction_id": compaction_id,
-            "memory_hits": len(parts["memory"]),
+            "memory_hits": render.hit_count(parts["memory"]),
             "build_ms": round(elapsed_ms, 3),
         },
         fingerprint=fingerprint,
@@ -183,6 +215,51 @@ def _select(view: history.HistoryView, policy: ContextPolicy, room: int):
     return select_history(
         view.metas, policy, request_room_bytes=room, framing_per_item=env.FRAMING_PER_ITEM_BYTES
     )
+
+
+def _pack(
+    session: Session,
+    view: history.HistoryView,
+    policy: ContextPolicy,
+    room: int,
+    hits: list[dict],
+    selection,
+    items: list[str],
+    retrieval: MemoryRetrieval,
+):
+    """The memory slot packed into what the selected history leaves of ``room``, without the
+    hits whose text that history holds; then, under truncate, the history selected again in
+    what memory leaves (it only grows), and the slot packed again against it (it only
+    shrinks or keeps its size). Returns the selection, its items, the slot and its bytes."""
+
+    search = retrieval.search
+    around = neighbours.neighbours(
+        session.app,
+        session.user_id,
+        [hit["id"] for hit in hits[:NEIGHBOURED_HITS]],
+        search.filter_sql,
+        search.filter_params,
+    )
+
+    def packed(history_items: list[str], slot_room: int) -> tuple[list[dict], int]:
+        memory, size = render.pack_hits(
+            hits,
+            max_hit_bytes=retrieval.max_hit_bytes,
+            room_bytes=slot_room,
+            history_json=",".join(history_items),
+            neighbours=around,
+        )
+        return memory, size
+
+    used = selection.history_bytes + env.FRAMING_PER_ITEM_BYTES * len(items)
+    memory, memory_bytes = packed(items, room - used)
+    if policy.overflow == "truncate":
+        again = _select(view, policy, room - memory_bytes)
+        if again.indices != selection.indices:
+            selection = again
+            items = _history(session, [view.metas[i] for i in again.indices], view)
+            memory, memory_bytes = packed(items, memory_bytes)
+    return selection, items, memory, memory_bytes
 
 
 def _overflow_error(overflow: Overflow, policy: ContextPolicy, compaction_id: str | None):

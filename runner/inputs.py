@@ -57,7 +57,7 @@ class MemoryRetrieval:
 
     search: Any  # memory.inputs.SearchRequest
     max_hit_bytes: int
-    max_total_bytes: int
+    max_total_bytes: int | None  # None: packed into what the request budget leaves
     on_error: str  # error | omit
 
 
@@ -70,9 +70,13 @@ def memory_retrieval(value: Any) -> MemoryRetrieval:
     budgets = {}
     for name, default, limit in (
         ("max_hit_bytes", 2048, MAX_MEMORY_HIT_BYTES),
-        ("max_total_bytes", 8192, MAX_MEMORY_TOTAL_BYTES),
+        # None: the slot is packed into what the request budget leaves.
+        ("max_total_bytes", None, MAX_MEMORY_TOTAL_BYTES),
     ):
         number = value.get(name, default)
+        if number is None and default is None:
+            budgets[name] = None
+            continue
         if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= limit:
             raise invalid(f"memory.{name}", f"must be an integer from 1 to {limit}")
         budgets[name] = number

@@ -20,6 +20,7 @@ from ctxadmin.providers.wire import (
     JsonCall,
     bad,
     count,
+    from_user_turn,
     function_call,
     generation,
     json_text,
@@ -155,11 +156,15 @@ def _blocks(content: dict) -> list[dict]:
 
 def _messages(call: GenerateCall) -> list[dict]:
     messages: list[dict] = []
-    for content in call.contents:
+    for content in from_user_turn(call.contents):
         blocks = _blocks(content)
         if not blocks:
             continue
         role = "assistant" if content["role"] == "model" else "user"
+        if not messages and role == "assistant":
+            # The first message is the user's: a leading model text (a compaction summary
+            # of the turns before) is context the request opens with.
+            role = "user"
         # Roles must alternate: consecutive contents of one role become one message.
         if messages and messages[-1]["role"] == role:
             messages[-1]["content"].extend(blocks)

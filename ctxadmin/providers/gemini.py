@@ -22,6 +22,7 @@ from ctxadmin.providers.wire import (
     bad,
     count,
     enum_like,
+    from_user_turn,
     function_call,
     generation,
     nonempty,
@@ -170,7 +171,10 @@ def generate_request(connection: ProviderConnection, call: GenerateCall) -> Requ
     body: dict[str, Any] = {
         "contents": [
             {"role": content["role"], "parts": [_part(part) for part in content["parts"]]}
-            for content in call.contents
+            # A cache's first new turn may continue the cached ones.
+            for content in (
+                call.contents if call.cached_content is not None else from_user_turn(call.contents)
+            )
         ]
     }
     if call.cached_content is not None:

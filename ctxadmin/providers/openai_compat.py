@@ -18,6 +18,7 @@ from ctxadmin.providers.wire import (
     JsonCall,
     bad,
     count,
+    from_user_turn,
     function_call,
     generation,
     json_text,
@@ -119,7 +120,8 @@ def _messages(call: GenerateCall) -> list[dict]:
     messages: list[dict] = []
     if call.instructions:
         messages.append({"role": "system", "content": call.instructions})
-    for content in call.contents:
+    # Tool messages must answer the assistant's calls just before them.
+    for content in from_user_turn(call.contents):
         # A thought (Gemini's reasoning, kept for Gemini) is not part of what was said.
         texts = [
             part["text"] for part in content["parts"] if "text" in part and not part.get("thought")

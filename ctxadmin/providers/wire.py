@@ -42,6 +42,21 @@ class GenerateCall:
     cached_content: str | None
 
 
+def from_user_turn(contents: list[dict]) -> list[dict]:
+    """``contents`` without the leading turns that hold a function call or response: a
+    history cut by a budget may begin with a call whose user turn was cut, or a response
+    whose call was, which Gemini (a call turn follows a user or response turn), Anthropic
+    and OpenAI (a result answers the calls just before it) refuse. A leading model text
+    (a compaction summary) is kept."""
+    for index, content in enumerate(contents):
+        if not any(
+            "function_call" in part or "function_response" in part
+            for part in content.get("parts", [])
+        ):
+            return contents[index:]
+    return contents
+
+
 # --------------------------------------------------------------------------- arguments
 
 

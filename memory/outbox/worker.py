@@ -143,6 +143,9 @@ def _renew(cursor, job: OutboxJob, token: str) -> None:
         raise LeaseLost()
 
 
+_SEARCH_TEXT = entries.SEARCH_TEXT.format(author="i.author", ts="i.ts", content="i.content")
+
+
 def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str) -> BatchResult:
     """Insert the batch's entries; a key stored already is a duplicate (same content) or a
     skip (``changed_since_ingested``: other content under the key; ``expired_key_kept``: an
@@ -161,13 +164,14 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
         canonical_json({"role": item["role"], "source": "session"}).decode() for item in items
     ]
     cursor.execute(
-        """
+        f"""
         INSERT INTO memory_memoryentry
             (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
              session_id, event_id, author, source_timestamp, search, embedding,
              embedding_model, content_bytes, created_at, updated_at, expires_at, retain_until)
         SELECT i.id, %s, %s, i.content, i.digest, i.metadata::jsonb, i.key, %s, i.event_id,
-               i.author, i.ts::timestamptz, memory_search_vector(%s::regconfig, i.content),
+               i.author, i.ts::timestamptz,
+               memory_search_vector(%s::regconfig, {_SEARCH_TEXT}),
                i.vector::vector, CASE WHEN i.vector IS NULL THEN '' ELSE %s END,
                octet_length(i.content), statement_timestamp(), statement_timestamp(),
                statement_timestamp() + %s::integer * interval '1 second',
@@ -178,7 +182,7 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
         ON CONFLICT (app_id, user_id, idempotency_key)
             WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING idempotency_key
-        """,
+        """,  # noqa: S608 - a constant expression
         [
             app.pk,
             user_id,

@@ -3,7 +3,7 @@
 ``parse_context_policy`` validates a client policy strictly (an unknown key or a bad value raises
 ``PolicyError`` naming it) before any event is read.
 
-    {"filters": {"authors": {"include": [...] | ["all"], "exclude": [...]},
+    {"filters": {"authors": {"include": [...] | ["all"], "exclude": [...] | ["all"]},
                  "invocation_ids": {"include": [...], "exclude": [...]},
                  "content_types": {"include": [...], "exclude": [...]},
                  "timestamp": {"from": T, "to": T},
@@ -133,6 +133,11 @@ def _include_exclude(value: Any, path: str, *, allow_all: bool) -> IncludeExclud
         else:
             include = frozenset(items)
     exclude = frozenset(_string_list(value.get("exclude", []), f"{path}.exclude"))
+    if allow_all and "all" in exclude:
+        # As in include, "all" means every value, never one named "all": nothing passes.
+        if len(exclude) != 1:
+            raise PolicyError(f"{path}.exclude", "'all' cannot be combined with other values")
+        return IncludeExclude(frozenset(), frozenset())
     return IncludeExclude(include, exclude)
 
 

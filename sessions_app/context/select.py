@@ -7,7 +7,9 @@ Works on event metadata only (sizes, kinds, ids), never on content, in one linea
 2. keep the units inside the ``max_input_events`` window whose every content event passes
    the filters (events without content never reach a model and are only counted);
 3. fit the budgets: under ``truncate`` keep the newest units that fit, stopping at the first
-   that does not (older history is never kept past a gap); otherwise report the overflow.
+   that does not (older history is never kept past a gap), then drop leading units that
+   begin with a function call or response (their user turn was cut: no provider accepts a
+   history that starts there); otherwise report the overflow.
 
 The result lists indices in the input's (chronological) order.
 """
@@ -19,6 +21,8 @@ from typing import NamedTuple
 
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.events import FUNCTION_CALL, FUNCTION_RESPONSE
+
+_TOOL_TURN = FUNCTION_CALL | FUNCTION_RESPONSE
 
 
 class EventMeta(NamedTuple):
@@ -112,6 +116,12 @@ def event_passes(meta: EventMeta, policy: ContextPolicy) -> bool:
     return not (policy.final_only and meta.kinds & (FUNCTION_CALL | FUNCTION_RESPONSE))
 
 
+def _opens_with_tool(metas: list[EventMeta], unit: tuple[int, int, int, int]) -> bool:
+    """Whether the unit's first event with content is a function call or response."""
+    first = next(i for i in range(unit[0], unit[1] + 1) if metas[i].kinds)
+    return bool(metas[first].kinds & _TOOL_TURN)
+
+
 def select_history(
     metas: list[EventMeta],
     policy: ContextPolicy,
@@ -175,6 +185,11 @@ def select_history(
             ) or next_request > request_room_bytes:
                 break
             used_bytes, used_request, first_kept = next_bytes, next_request, position
+        # A cut history starts at a turn every provider accepts: a unit that begins with a
+        # function call (or an orphaned response) lost the user turn that caused it.
+        while first_kept < len(kept) and _opens_with_tool(metas, kept[first_kept]):
+            used_bytes -= kept[first_kept][2]
+            first_kept += 1
         chosen = kept[first_kept:]
         total_bytes = used_bytes
 

@@ -385,3 +385,36 @@ def test_round_trip_is_accepted(fake):
     assert fake.problems == []
     assert second.parts == [{"text": REPLY}]
     assert len(fake.requests) == 2
+
+
+def _first_turn(kind: str, body: dict):
+    """The first conversational turn of a request in the provider's wire format."""
+    if kind == "gemini":
+        return body["contents"][0]
+    messages = [m for m in body["messages"] if m["role"] != "system"]
+    return messages[0]
+
+
+def test_a_history_cut_before_its_user_turn_starts_where_the_provider_accepts(fake):
+    """A budget cut can leave a history that opens with the model's call and its orphaned
+    response: each provider refuses that order (Gemini: a call turn follows a user or
+    response turn; Anthropic: the first message is the user's; OpenAI: a tool message
+    answers the calls just before it), so those turns are left out; the model's text after
+    them (a compaction summary, say) is kept, as the user's opening for Anthropic."""
+    contents = [
+        {"role": "model", "parts": [{"function_call": CALL}]},
+        {"role": "user", "parts": [{"function_response": RESPONSE}]},
+        {"role": "model", "parts": [{"text": "It shipped."}]},
+        {"role": "user", "parts": [{"text": PROMPT}]},
+    ]
+    fake.script(fake.success(REPLY))
+    run(fake.connection(), contents=contents)
+    assert fake.problems == []
+    body = fake.requests[-1].json
+    first = _first_turn(fake.kind, body)
+    assert "It shipped." in json.dumps(first)
+    assert first["role"] == (
+        "model" if fake.kind == "gemini" else "user" if fake.kind == "anthropic" else "assistant"
+    )
+    assert PROMPT in json.dumps(body)
+    assert RESULT_VALUE not in json.dumps(body) and ARG_VALUE not in json.dumps(body)

@@ -84,6 +84,19 @@ class TestRanking:
         short = add(api, content="tennis on sunday")
         assert ids(search(api, query="tennis", mode="lexical")) == [short["id"], long["id"]]
 
+    def test_who_said_it_and_the_day_are_searched_with_the_content(self, api):
+        said = add(
+            api,
+            content="I painted a sunset over the lake.",
+            provenance={"author": "Melanie", "timestamp": "2023-05-08T13:56:00Z"},
+        )
+        add(api, content="I painted the fence.", provenance={"author": "Caroline"})
+        add(api, content="Melanie likes lakes.")
+        assert ids(search(api, query="What did Melanie paint?", mode="lexical"))[0] == said["id"]
+        assert ids(search(api, query="May 2023", mode="lexical")) == [said["id"]]
+        assert MemoryEntry.objects.get(pk=said["id"]).content == "I painted a sunset over the lake."
+        assert_statistics_hold()
+
     def test_words_absent_from_the_scope_match_nothing(self, api):
         add(api, content="a quiet afternoon")
         assert search(api, query="xylophone zeppelin", mode="lexical")["hits"] == []

@@ -83,6 +83,37 @@ def test_truncation_with_room_only_for_the_response_drops_the_pair_and_keeps_the
     assert body["accounting"]["bytes"]["total"] <= room
 
 
+def test_truncation_that_cuts_the_user_turn_drops_the_orphaned_call_unit(api):
+    seed(
+        api,
+        text("user", "look it up " + "q" * 200),
+        call("c1"),
+        response("c1"),
+        text("agent", "done"),
+    )
+    full = build(api)
+    sizes = [
+        len(json.dumps(i, separators=(",", ":"), sort_keys=True).encode())
+        for i in full["envelope"]["history"]
+    ]
+    fixed = full["accounting"]["bytes"]["total"] - full["accounting"]["bytes"]["history"] - 4 * 8
+    # Room for the call, its response and the answer, not for the user turn that caused them.
+    room = fixed + sum(sizes[1:]) + 3 * 8
+    body = build(api, policy={"budgets": {"max_request_bytes": room}, "overflow": "truncate"})
+    assert history_texts(body) == ["done"]
+    assert body["accounting"]["events"]["dropped_by_budget"] == 3
+    assert body["accounting"]["bytes"]["history"] == sizes[3]
+
+
+def test_authors_exclude_all_excludes_every_author(api):
+    seed(api, text("user", "hi"), text("all", "from an author named all"), text("agent", "done"))
+    body = build(api, policy={"filters": {"authors": {"exclude": ["all"]}}})
+    assert body["envelope"]["history"] == []
+    assert body["accounting"]["events"]["dropped_by_filter"] == 3
+    body = build(api, policy={"filters": {"authors": {"include": ["all"], "exclude": ["tool"]}}})
+    assert len(body["envelope"]["history"]) == 3
+
+
 def test_truncate_keeps_the_newest_units_within_the_history_budget(api):
     seed(api, *[text("user", f"m{i}-" + "z" * 100) for i in range(10)])
     one = build(api)["envelope"]["history"][0]
@@ -154,6 +185,10 @@ def test_current_input_is_always_included_with_all_its_parts(api):
         ({"budget": {}}, "policy.budget"),
         ({"filters": {"author": {}}}, "policy.filters.author"),
         ({"filters": {"authors": {"only": ["x"]}}}, "policy.filters.authors.only"),
+        (
+            {"filters": {"authors": {"exclude": ["all", "tool"]}}},
+            "policy.filters.authors.exclude",
+        ),
         ({"budgets": {"max_bytes": 0}}, "policy.budgets.max_bytes"),
         ({"budgets": {"max_tokens": -5}}, "policy.budgets.max_tokens"),
         ({"budgets": {"bytes_per_token": 0}}, "policy.budgets.bytes_per_token"),

@@ -10,12 +10,15 @@ from sessions_app.context.select import (
     event_passes,
     select_history,
 )
+from sessions_app.events import FUNCTION_CALL, FUNCTION_RESPONSE
 from tests.context_strategies import (
     FRAMING,
     ROOMS,
     histories,
     policies,
 )
+
+TOOL_TURN = FUNCTION_CALL | FUNCTION_RESPONSE
 
 
 def unit_of(units):
@@ -77,15 +80,27 @@ def test_truncate_keeps_the_newest_whole_units_that_fit_in_order(metas, policy, 
     kept_units = [units[n] for n in kept]
     # Whole units, in input order, only events with content.
     assert chosen == [i for u in kept_units for i in content_of(metas, u)]
-    # Inside the input window, through the filters, within every budget.
-    assert kept_units == passing[len(passing) - len(kept_units) :]  # the newest ones
+    # Inside the input window, through the filters, within every budget: the newest units
+    # that fit, less (when cut) the leading ones that open with a function call or response.
+    newest = next(
+        passing[start:]
+        for start in range(len(passing) + 1)
+        if fits(metas, passing[start:], policy, room)
+    )
+    expected = list(newest)
+    if len(newest) < len(passing):
+        while expected and metas[content_of(metas, expected[0])[0]].kinds & TOOL_TURN:
+            expected.pop(0)
+    assert kept_units == expected
     assert fits(metas, kept_units, policy, room)
     assert selection.history_bytes == sum(metas[i].context_bytes for i in chosen)
     # Nothing that fits is left out: the next older unit would break a budget.
-    assert selection.truncated == (len(kept_units) < len(passing))
+    assert selection.truncated == (len(newest) < len(passing))
     if selection.truncated:
-        older = passing[len(passing) - len(kept_units) - 1]
-        assert not fits(metas, [older, *kept_units], policy, room)
+        older = passing[len(passing) - len(newest) - 1]
+        assert not fits(metas, [older, *newest], policy, room)
+        if kept_units:  # and what is kept opens at a turn every provider accepts
+            assert not metas[content_of(metas, kept_units[0])[0]].kinds & TOOL_TURN
     # Every input event is accounted for, once.
     content_count = sum(1 for m in metas if m.kinds)
     assert selection.without_content == len(metas) - content_count

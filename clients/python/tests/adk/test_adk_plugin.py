@@ -43,7 +43,7 @@ async def test_the_example_runs_and_its_model_sees_ctxadmins_context(make_app, u
     recalled = texts(second.contents)
     assert recalled[-1] == "How do I take my coffee?"
     assert recalled.count("How do I take my coffee?") == 1
-    memory_blocks = [text for text in recalled if 'untrusted="true"' in text]
+    memory_blocks = [text for text in recalled if "It is untrusted" in text]
     assert any("I take my coffee black." in block for block in memory_blocks)
     assert second.config.system_instruction  # ADK's own instruction is left in place
 

@@ -1,0 +1,378 @@
+"""Evidence in context: at a fixed request budget, how much of what the next question needs
+does the built context hold (part of ``make bench``; alone: ``python -m bench --only
+evidence``, which starts a service of its own in ``var/bench-evidence``).
+
+The three LoCoMo dev conversations are replayed as sessions (each LoCoMo session one
+invocation, speaker A as the user, speaker B as the agent, named after B): one session
+without compaction (``raw``), one with
+automatic extractive compaction at a token threshold of 4,000 (``compacted``), and one with
+ADK's sliding-window compaction (``window``: compaction interval 2, overlap 1, extractive
+summaries). The raw session's events are then ingested into the user's memory through the
+outbox. Every question of categories 1 to 4 becomes the current input of
+``POST .../context`` at ``max_request_tokens`` B (overflow ``truncate``), and its coverage
+is the share of its evidence turns whose whole text appears in the envelope (history,
+summaries and the memory slot; the current input is not counted).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import statistics
+import time
+from datetime import UTC, datetime
+
+from bench import locomo
+from bench.sections import REPORT, splice
+from bench.service import bench_client, bench_service, stop_service
+from ctxadmin import stack
+
+SECTION = "## Evidence in context"
+BUDGETS = (2048, 4096, 8192)
+CATEGORIES = (1, 2, 3, 4)
+# Memory as a caller sized it before the slot was packed: ten hits, the old default caps.
+BASELINE_MEMORY = {"mode": "hybrid", "limit": 10, "max_hit_bytes": 2048, "max_total_bytes": 8192}
+# The full builder: compaction, memory packed into what the request budget leaves.
+FULL_MEMORY = {"mode": "hybrid", "limit": 100}
+COLUMNS = (
+    # (name, session, memory retrieval or None)
+    ("truncate", "raw", None),
+    ("compacted", "compacted", None),
+    ("truncate + memory", "raw", BASELINE_MEMORY),
+    ("full builder", "compacted", FULL_MEMORY),
+    ("ADK sliding window", "window", None),
+)
+_ENTITIES = {"&lt;": "<", "&gt;": ">", "&amp;": "&"}
+
+
+def _texts(value, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _texts(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _texts(item, out)
+
+
+def envelope_text(envelope: dict) -> str:
+    """The text a model reads of the history and the memory slot (memory's escaping undone)."""
+    history: list[str] = []
+    _texts(envelope.get("history") or [], history)
+    memory: list[str] = []
+    _texts(envelope.get("memory") or [], memory)
+    unescaped = [re.sub("&(lt|gt|amp);", lambda m: _ENTITIES[m.group(0)], t) for t in memory]
+    return "\n".join(history + unescaped)
+
+
+def _questions(sample: dict) -> list[tuple[str, list[str]]]:
+    turns = {
+        turn["dia_id"]: turn["text"]
+        for key, session in sample["conversation"].items()
+        if re.fullmatch(r"session_\d+", key)
+        for turn in session
+    }
+    questions = []
+    for qa in sample["qa"]:
+        if qa["category"] not in CATEGORIES:
+            continue
+        ids = {
+            part for entry in qa.get("evidence", []) for part in re.split(r"[;,\s]+", entry) if part
+        }
+        texts = [turns[i] for i in sorted(ids) if i in turns]
+        if texts:
+            questions.append((qa["question"], texts))
+    return questions
+
+
+def _ingest(api, user: str, sid: str, timeout: float = 900.0) -> None:
+    base = f"/api/v1/apps/{api.app}/users/{user}/memories"
+    after, jobs = 0, []
+    while True:
+        status, body = api.request(
+            "POST", f"{base}/ingestions", {"session_id": sid, "after_seq": after}
+        )
+        if status not in (200, 202):
+            raise RuntimeError(f"admission failed: {status} {str(body)[:300]}")
+        jobs.append(body["job_id"])
+        if not body.get("more"):
+            break
+        after = body["next_after_seq"]
+    deadline = time.monotonic() + timeout
+    for job in jobs:
+        while api.get(f"/api/v1/apps/{api.app}/outbox/jobs/{job}")["phase"] not in (
+            "completed",
+            "failed",
+            "cancelled",
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError("ingestion did not finish in time")
+            time.sleep(0.2)
+
+
+def replay(api, sample: dict) -> dict[str, str]:
+    """The conversation's sessions, replayed; their URLs by kind."""
+    user = f"evidence-{sample['sample_id']}"
+    urls = {}
+    for kind, policy in (("compacted", locomo.COMPACTED), ("raw", None), ("window", locomo.WINDOW)):
+        api.create_session(user, kind)
+        urls[kind] = f"{api.sessions(user)}/{kind}"
+        if policy is not None:
+            status, body = api.request("PUT", f"{urls[kind]}/compaction-policy", policy)
+            if status != 200:
+                raise RuntimeError(f"policy refused: {body}")
+    for _invocation, events in locomo.invocations(sample, named=True):
+        for url in urls.values():
+            api.post(f"{url}/events", {"events": events})
+        for kind in ("compacted", "window"):
+            locomo._wait_idle(api, urls[kind])
+    _ingest(api, user, "raw")
+    return urls
+
+
+def _body(question: str, budget: int, memory: dict | None) -> dict:
+    body = {
+        "current_input": {"role": "user", "parts": [{"text": question}]},
+        "policy": {"budgets": {"max_request_tokens": budget}, "overflow": "truncate"},
+    }
+    if memory is not None:
+        body["memory"] = {"query": question, **memory}
+    return body
+
+
+def _pct(samples: list[float], q: int) -> float:
+    if len(samples) < 2:
+        return round(samples[0], 2) if samples else 0.0
+    return round(statistics.quantiles(samples, n=100, method="inclusive")[q - 1], 2)
+
+
+def measure(api) -> dict:
+    samples = json.loads(locomo.DATA.read_text())
+    cells: dict[tuple[str, int], dict[str, list]] = {
+        (name, budget): {"coverage": [], "tokens": [], "build_ms": []}
+        for name, _s, _m in COLUMNS
+        for budget in BUDGETS
+    }
+    load = []
+    full_tokens = []
+    questions = 0
+    for sample in samples:
+        urls = replay(api, sample)
+        load.append(os.getloadavg()[0])
+        for question, texts in _questions(sample):
+            questions += 1
+            for name, kind, memory in COLUMNS:
+                for budget in BUDGETS:
+                    answer = api.post(f"{urls[kind]}/context", _body(question, budget, memory))
+                    blob = envelope_text(answer["envelope"])
+                    cell = cells[(name, budget)]
+                    cell["coverage"].append(sum(t in blob for t in texts) / len(texts))
+                    cell["tokens"].append(answer["accounting"]["tokens"]["total"])
+                    cell["build_ms"].append(answer["accounting"]["build_ms"])
+            whole = api.post(
+                f"{urls['raw']}/context",
+                {"current_input": {"role": "user", "parts": [{"text": question}]}},
+            )
+            full_tokens.append(whole["accounting"]["tokens"]["total"])
+    load.append(os.getloadavg()[0])
+    return {
+        "questions": questions,
+        "full_tokens": round(statistics.mean(full_tokens)),
+        "load": [round(x, 2) for x in load],
+        "cells": {
+            f"{name}@{budget}": {
+                "coverage": round(statistics.mean(c["coverage"]), 3),
+                "tokens": round(statistics.mean(c["tokens"])),
+                "build_p50_ms": _pct(c["build_ms"], 50),
+                "build_p95_ms": _pct(c["build_ms"], 95),
+            }
+            for (name, budget), c in cells.items()
+        },
+    }
+
+
+# What each lever gained, measured with this benchmark one step after the other (the full
+# builder's coverage at 2,048 / 4,096 / 8,192 tokens; build p50 at 4,096; hashing embedder).
+_LEVER_ROWS = (
+    (
+        "before: compacted session + memory, 10 hybrid hits, each its own item with the "
+        "preamble, 8 KiB cap",
+        "0.57 | 0.59 | 0.61 | 5.6",
+    ),
+    (
+        "memory packed into what the budget leaves (50 hits, no text twice, preamble once, "
+        "recent history first up to 25% of the room)",
+        "0.61 | 0.68 | 0.74 | 9.5",
+    ),
+    (
+        "the slot as one item holding every hit (a hit costs its text and ~70 bytes, not ~220)",
+        "0.66 | 0.72 | 0.74 | 11.5",
+    ),
+    ("up to 100 hits (50 no longer filled 4,096 tokens)", "0.66 | 0.73 | 0.78 | 6.7"),
+    (
+        "author and day searched with the content, and said on each hit (`from`, `on`)",
+        "0.67 | 0.75 | 0.79 | 6.3",
+    ),
+    (
+        "recent history's first share 10% of the room, not 25% (25% was lower at every budget)",
+        "0.69 | 0.76 | 0.79 | 10.9",
+    ),
+    (
+        "the ten best hits each with the turns said just before and after it",
+        "0.76 | 0.85 | 0.87 | 14.2",
+    ),
+)
+LEVERS = (
+    "| step | 2,048 | 4,096 | 8,192 | p50 ms at 4,096 |\n| --- | --- | --- | --- | --- |\n"
+    + "".join(f"| {step} | {cells} |\n" for step, cells in _LEVER_ROWS)
+)
+
+
+def local_section(local: dict | None) -> str:
+    """The same run with the local MiniLM embedder, when it was measured."""
+    if local is None:
+        return ""
+    cells = local["cells"]
+    rows = "\n".join(
+        f"| {b:,} | "
+        + " | ".join(
+            f"{cells[f'{n}@{b}']['coverage']:.3f} ({cells[f'{n}@{b}']['build_p50_ms']} ms)"
+            for n in ("truncate + memory", "full builder")
+        )
+        + " |"
+        for b in BUDGETS
+    )
+    return f"""
+With the local MiniLM embedder (`CTXADMIN_EMBEDDER=local`, the same replay in a service of
+its own; load average {local["load"]}): coverage (build p50) of the columns with memory.
+
+| B | truncate + memory | full builder |
+| --- | --- | --- |
+{rows}
+"""
+
+
+def report(results: dict, command: str, local: dict | None = None) -> str:
+    cells = results["cells"]
+    names = [name for name, _s, _m in COLUMNS]
+    head = "| B | " + " | ".join(names) + " |"
+    rule = "| --- " * (len(names) + 1) + "|"
+    coverage = [
+        f"| {b:,} | " + " | ".join(f"{cells[f'{n}@{b}']['coverage']:.2f}" for n in names) + " |"
+        for b in BUDGETS
+    ]
+    tokens = [
+        f"| {b:,} | " + " | ".join(str(cells[f"{n}@{b}"]["tokens"]) for n in names) + " |"
+        for b in BUDGETS
+    ]
+    builds = [
+        f"| {b:,} | "
+        + " | ".join(
+            f"{cells[f'{n}@{b}']['build_p50_ms']} / {cells[f'{n}@{b}']['build_p95_ms']}"
+            for n in names
+        )
+        + " |"
+        for b in BUDGETS
+    ]
+    full = cells["full builder@4096"]["coverage"], cells["full builder@2048"]["coverage"]
+    never_below = all(
+        cells[f"full builder@{b}"]["coverage"] >= cells[f"truncate@{b}"]["coverage"]
+        for b in BUDGETS
+    )
+    p50 = max(cells[f"full builder@{b}"]["build_p50_ms"] for b in BUDGETS)
+
+    def met(ok: bool) -> str:
+        return "yes" if ok else "**no**"
+
+    return f"""{SECTION}
+
+Recorded by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; load average (1 min)
+after each conversation's replay and at the end: {results["load"]} on 2 shared cores.
+
+The three LoCoMo dev conversations replayed as sessions (speaker A as the user, each LoCoMo
+session one invocation, speaker B as the agent, named after B): without compaction
+(truncate), with automatic extractive compaction
+(`{json.dumps(locomo.COMPACTED)}`), and with ADK's sliding-window compaction as ctxadmin runs
+it (`{json.dumps(locomo.WINDOW)}`); the raw session's events ingested into the user's memory
+through the outbox (embedder: the service's default). Each of the {results["questions"]}
+questions of categories 1 to 4 is the current input of `POST .../context` with
+`max_request_tokens` B and overflow `truncate`. Coverage: the share of the question's
+evidence turns whose whole text appears in the envelope's history (summaries included) or
+memory slot, averaged over the questions. Columns: truncate (no compaction, no memory),
+compacted, truncate + memory (`{json.dumps(BASELINE_MEMORY)}`, default byte caps), the full
+builder (compacted session, memory `{json.dumps(FULL_MEMORY)}`), ADK's sliding window.
+The whole conversation is 1.00 at about {results["full_tokens"]:,} tokens.
+
+Coverage:
+
+{head}
+{rule}
+{chr(10).join(coverage)}
+
+Mean tokens used (of B):
+
+{head}
+{rule}
+{chr(10).join(tokens)}
+
+Server-side build time, p50 / p95 ms (`accounting.build_ms`, memory search included):
+
+{head}
+{rule}
+{chr(10).join(builds)}
+
+What each lever gained (one run per step, on the same data; the 4,096 figure of the last
+step is 0.847):
+
+{LEVERS}
+Tried and not kept: recent history's first share at 5% (0.764 / 0.846 / 0.872: within the
+noise of 10%, with fewer recent turns); neighbours for the 20 best hits (0.754 / 0.839 /
+0.884: lower at 2,048 and 4,096); the speaker's name as the author of both sides' turns
+(compaction takes only `user` as the user, so the compacted session kept less). The local
+MiniLM embedder raises coverage (below) for some 11 ms of build time.
+
+Where the rest is lost: memory search itself. Its evidence recall (the share of a
+question's evidence turns among the top k hits, hybrid, hashing embedder) is 0.57 at 10,
+0.69 at 40 and 0.76 at 100 hits; with the speaker and the day searched, 0.62, 0.74 and 0.79;
+with the local MiniLM embedder, 0.57, 0.70 and 0.82. The packed slot reaches about what
+recall at 60-80 hits allows, and the neighbours add the turns the search did not rank.
+The compacted session's summaries hold a few evidence turns (the compacted column); the
+full builder's coverage comes from memory, so it is about the same over the raw session.
+
+| goal | result | met |
+| --- | --- | --- |
+| full builder coverage at B = 4,096 >= 0.85 | {full[0]:.3f} | {met(full[0] >= 0.85)} |
+| full builder coverage at B = 2,048 >= 0.70 | {full[1]:.3f} | {met(full[1] >= 0.70)} |
+| full builder never below truncate | {never_below} | {met(never_below)} |
+| full builder build p50 <= 25 ms (worst budget) | {p50} | {met(p50 <= 25)} |
+{local_section(local)}"""
+
+
+def _measured(command: str, extra_env: dict[str, str] | None) -> dict:
+    service = bench_service(stack.var_dir() / "bench-evidence", extra_env)
+    try:
+        return measure(bench_client(service, "evidence", "sessions", "memory"))
+    finally:
+        stop_service(service)
+
+
+def run_section(command: str) -> dict:
+    """Measure with the service's default embedder, then with the local one when it is
+    installed (each in a service of its own), and rewrite the section of ``BENCHMARKS.md``."""
+    results = _measured(command, None)
+    print(json.dumps(results), flush=True)
+    local = None
+    if importlib.util.find_spec("onnxruntime") is not None:
+        local = _measured(command, {"CTXADMIN_EMBEDDER": "local"})
+        print(json.dumps(local), flush=True)
+    section = report(results, command, local)
+    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
+    print(section, flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    run_section("python -m bench.evidence_bench")
