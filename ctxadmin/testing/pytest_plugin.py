@@ -30,6 +30,8 @@ def pytest_load_initial_conftests(early_config, parser, args):
 def _bring_up() -> None:
     os.environ.setdefault("SECRET_KEY", "ctxadmin-test-suite-secret-key-not-for-deployment")
     os.environ.setdefault("CTXADMIN_LOG_FORMAT", "text")
+    # The deterministic embedder, whatever is installed; tests of the local model name it.
+    os.environ.setdefault("CTXADMIN_EMBEDDER", "hashing")
     if not os.environ.get("DATABASE_URL"):
         postgres = stack.EmbeddedPostgres(stack.var_dir() / "pgtest", preferred_port=55433)
         os.environ["DATABASE_URL"] = postgres.start()

@@ -149,3 +149,52 @@ def test_unusable_settings_are_improperly_configured(overrides, message):
         embedder_from_settings()
     assert message in str(caught.value)
     assert "127.0.0.1" not in str(caught.value)
+
+
+def _configured_embedder(env: dict) -> str:
+    import os
+    import subprocess
+    import sys
+
+    code = "import django; django.setup(); from django.conf import settings; "
+    code += "print(settings.CTXADMIN_EMBEDDER)"
+    answer = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**{k: v for k, v in os.environ.items() if k != "CTXADMIN_EMBEDDER"}, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return answer.stdout.strip().splitlines()[-1]
+
+
+def test_unset_the_embedder_is_the_local_model_where_it_is_installed():
+    from importlib.util import find_spec
+
+    assert find_spec("onnxruntime") is not None  # make test installs the extra `local`
+    assert _configured_embedder({"DJANGO_SETTINGS_MODULE": "config.settings"}) == "local"
+    assert _configured_embedder({"CTXADMIN_EMBEDDER": "hashing"}) == "hashing"
+
+
+@pytest.mark.django_db
+def test_memories_of_another_model_are_named_by_a_warning(owner):
+    from django.core.checks import run_checks
+
+    from memory.models import MemoryEntry
+
+    def named() -> list:
+        return [w for w in run_checks(databases=["default"]) if w.id == "ctxadmin.W006"]
+
+    for text in ("tea at five", "coffee at nine"):
+        added = owner.client().post(
+            "/api/v1/apps/acme/users/u/memories", {"content": text}, format="json"
+        )
+        assert added.status_code == 201, added.content
+    assert MemoryEntry.objects.filter(embedding__isnull=False).count() == 2
+    assert named() == []
+    MemoryEntry.objects.filter(content="tea at five").update(embedding_model="hashing-v1-384")
+    warnings = named()
+    assert len(warnings) == 1 and warnings[0].msg.startswith("1 memories")
+    # Without the database, the check does not run.
+    assert all(w.id != "ctxadmin.W006" for w in run_checks())
