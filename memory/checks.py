@@ -8,8 +8,8 @@ ctxadmin.W006  memories embedded by another model than the configured embedder (
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.core.checks import Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from memory.models import MemoryEntry
