@@ -128,6 +128,8 @@ def test_the_beat_cleanup_in_a_worker_deletes_invalidated_and_expired_entries(ge
         "CTXADMIN_CACHE_CLEANUP_SECONDS": "1",
         "CTXADMIN_GEMINI_BASE_URL": gemini.base_url,
         "CTXADMIN_GEMINI_API_KEY": gemini.api_key,
+        # JSON lines: the housekeeping line names its task and counts.
+        "CTXADMIN_LOG_FORMAT": "json",
     }
     worker = start_celery_worker(tmp_path, env=environment, beat=True)
     try:
@@ -145,6 +147,11 @@ def test_the_beat_cleanup_in_a_worker_deletes_invalidated_and_expired_entries(ge
     assert gemini.deletes == 3 and gemini.resources == {}
     assert gemini.problems == []
     worker_output = worker.log.read_text()
-    assert "caching.cleanup" in worker_output
+    swept = [
+        json.loads(line)
+        for line in worker_output.splitlines()
+        if line.startswith("{") and '"housekeeping"' in line
+    ]
+    assert any(line.get("task") == "caching.cleanup" for line in swept), worker_output[-3000:]
     for name in names:
         assert name.split("/")[-1] not in worker_output
