@@ -29,6 +29,7 @@ from memory.inputs import (
     PROVENANCE_KEYS,
     NewMemory,
     parse_epoch,
+    parse_ttl_seconds,
     redact_metadata,
 )
 from memory.models import MemoryEntry
@@ -100,6 +101,7 @@ def parse_new_memory(body: Any) -> NewMemory:
     if embed not in EMBED_MODES:
         raise invalid("embed", "must be auto, sync or async")
     epoch = parse_epoch(body.get("erasure_epoch"))
+    ttl_seconds = parse_ttl_seconds(body.get("ttl_seconds"))
     if looks_like_secret(content):
         raise ServiceError(
             "sensitive_memory_content",
@@ -116,6 +118,7 @@ def parse_new_memory(body: Any) -> NewMemory:
         source_timestamp=when,
         embed=embed,
         erasure_epoch=epoch,
+        ttl_seconds=ttl_seconds,
     )
 
 
@@ -204,7 +207,7 @@ def add_memory(
     ``consent_required``; its TTL and retention are stamped on the entry. ``epoch`` (else
     ``new.erasure_epoch``) is the scope's erasure epoch the write was prepared at: older
     than the current one, 409 ``memory_erasure_epoch_stale`` and nothing is written."""
-    terms = governance.write_terms(app, user_id)
+    terms = governance.write_terms(app, user_id, new.ttl_seconds)
     epoch = new.erasure_epoch if epoch is None else parse_epoch(epoch, "epoch")
     if epoch is not None:
         check_epoch(app, user_id, epoch)
@@ -231,10 +234,10 @@ def add_memory(
                 (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
                  session_id, event_id, author, source_timestamp, search, embedding,
                  embedding_model, content_bytes, created_at, updated_at, expires_at,
-                 retain_until)
+                 ttl_seconds, retain_until)
             VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
                     memory_search_vector(%s::regconfig, %s), %s::vector, %s, %s, now(), now(),
-                    now() + %s::integer * interval '1 second',
+                    now() + %s::integer * interval '1 second', %s,
                     now() + %s::integer * interval '1 day')
             ON CONFLICT (app_id, user_id, idempotency_key)
                 WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -257,6 +260,7 @@ def add_memory(
                 None if vector is None else vector_text(vector),
                 embedder.name if vector is not None else "",
                 len(new.content.encode("utf-8")),
+                terms.ttl_seconds,
                 terms.ttl_seconds,
                 terms.retention_days,
             ],
@@ -356,3 +360,22 @@ def list_memories(app: App, user_id: str, limit: int) -> list[dict]:
             [app.pk, user_id, limit],
         )
         return [_entry(row) for row in cursor.fetchall()]
+
+
+def touch_memories(app: App, user_id: str, ids: list[str]) -> list[dict]:
+    """Refresh the TTL of the user's live entries among ``ids`` that have one:
+    ``expires_at`` becomes now plus the entry's ``ttl_seconds``, in one statement (an entry
+    that expired meanwhile stays expired). The refreshed entries' ids and new expiry."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE memory_memoryentry
+               SET expires_at = now() + ttl_seconds * interval '1 second'
+             WHERE app_id = %s AND user_id = %s AND id = ANY(%s::uuid[])
+               AND ttl_seconds IS NOT NULL AND {LIVE}
+            RETURNING id::text, to_json(expires_at) #>> '{{}}'
+            """,  # noqa: S608 - a constant condition
+            [app.pk, user_id, list(ids)],
+        )
+        rows = sorted(cursor.fetchall())
+    return [{"id": entry_id, "expires_at": expires_at} for entry_id, expires_at in rows]

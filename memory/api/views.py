@@ -133,6 +133,22 @@ class MemoryDetailView(MemoryScopedView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class MemoryTouchView(MemoryScopedView):
+    tool_capabilities = {"POST": "memory_search"}
+
+    @extend_schema(
+        operation_id="memories_touch",
+        description="Refresh the TTL of the listed memories, as a read that refreshes TTLs "
+        "does: each live entry with a TTL gets `expires_at` = now + its `ttl_seconds`, in one "
+        "statement; an expired entry stays expired.",
+        request={JSON: ref("MemoryTouch")},
+        responses={200: ref("MemoryTouchResult")},
+    )
+    def post(self, request, app, user):
+        ids = inputs.parse_touch(request.data)
+        return Response({"memories": entries.touch_memories(self.tenant, user, ids)})
+
+
 class MemorySearchView(MemoryScopedView):
     tool_capabilities = {"POST": "memory_search"}
 

@@ -47,11 +47,15 @@ FILTERS = st.one_of(
     st.fixed_dictionaries({"nested": st.fixed_dictionaries({"flag": st.booleans()})}),
     st.fixed_dictionaries({"tags": st.lists(st.sampled_from(("x", "y")), max_size=2)}),
 )
+# A TTL long enough not to pass during an example: the items compare as without one (the
+# in-memory store keeps no TTL), while reads refresh them (GetOp's and SearchOp's
+# ``refresh_ttl`` default to True).
 put = st.builds(
-    lambda ns, key, value: ("put", ns, key, value),
+    lambda ns, key, value, ttl: ("put", ns, key, value, ttl),
     st.sampled_from(SPACES),
     st.sampled_from(KEYS),
     st.one_of(st.none(), VALUES, VALUES),
+    st.sampled_from((None, None, 60.0)),
 )
 get = st.builds(lambda ns, key: ("get", ns, key), st.sampled_from(SPACES), st.sampled_from(KEYS))
 search = st.builds(
@@ -78,7 +82,7 @@ BATCHES = st.lists(
 def to_op(user: str, spec: tuple) -> Any:
     kind = spec[0]
     if kind == "put":
-        return PutOp((user, *spec[1]), spec[2], spec[3])
+        return PutOp((user, *spec[1]), spec[2], spec[3], ttl=spec[4])
     if kind == "get":
         return GetOp((user, *spec[1]), spec[2])
     if kind == "search":
@@ -237,8 +241,9 @@ def test_what_the_store_refuses(store):
         store.search(())
     with pytest.raises(ValueError, match="first label"):
         store.list_namespaces()
-    with pytest.raises(NotImplementedError):
-        store.put(("someone", "x"), "k", {"v": 1}, ttl=5)
+    for ttl in (0, -1, float("inf")):
+        with pytest.raises(ValueError, match="ttl"):
+            store.put(("someone", "x"), "k", {"v": 1}, ttl=ttl)
     with pytest.raises(ValidationError):
         store.put(("not a user id!", "x"), "k", {"v": 1})
     with pytest.raises(ValueError, match="operator"):

@@ -23,9 +23,17 @@ batch's puts, and the last put of a namespace and key wins.
 **Limits.** Memory's: a value's JSON at most ``CTXADMIN_MEMORY_MAX_CONTENT_BYTES`` (32 KiB by
 default); a value that looks like it carries a credential is refused (422
 ``sensitive_memory_content``); a namespace's labels and key within
-``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Items have no TTL (``supports_ttl`` is False: a
-``ttl`` is refused by LangGraph before it reaches the store); the app's memory policy
-(``default_ttl_seconds``) expires them. ``batch`` speaks through a ``Client``,
+``CTXADMIN_MEMORY_MAX_METADATA_BYTES``.
+
+**TTL.** ``supports_ttl`` is True: a put's ``ttl`` (minutes, or the store's ``TTLConfig``
+``default_ttl``) becomes the memory's ``ttl_seconds`` (rounded up to whole seconds, at least
+1), which the app's memory policy bounds (at most its ``default_ttl_seconds``, at least its
+``retention_days``; else 400 ``validation_error``); the metadata marks it (``lg.ttl``). A
+``get`` or ``search`` with ``refresh_ttl`` (default: the ``TTLConfig``'s
+``refresh_on_read``, else True) touches the items it returns that have a TTL, in one more
+call (none when none has). An expired item is gone for every read at once; the server's
+purge deletes it later. Without a ``ttl`` the app's policy (``default_ttl_seconds``) applies.
+``batch`` speaks through a ``Client``,
 ``abatch`` through an ``AsyncClient``: each operation is written once, as the requests it
 makes, and each of the two runs them.
 """
@@ -33,8 +41,9 @@ makes, and each of the two runs them.
 from __future__ import annotations
 
 import json
+import math
 import uuid
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -49,6 +58,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
 )
 
 from ctxadmin_client import AsyncClient, Client, NotFoundError
@@ -59,6 +69,7 @@ NAMESPACE = "lg.namespace"
 KEY = "lg.key"
 DEPTH = "lg.depth"
 INDEX = "lg.index"
+TTL = "lg.ttl"
 #: Memories read per page while listing.
 PAGE_SIZE = 200
 #: Hits asked of a semantic search (the API's maximum).
@@ -104,16 +115,6 @@ def _item(entry: Mapping[str, Any], score: float | None = None, *, scored: bool 
     return Item(**fields)
 
 
-def _unique(items: Iterable[SearchItem]) -> Iterator[SearchItem]:
-    """Each namespace and key once, at its first (newest, or best) place: two puts of one key
-    that raced leave two memories until the next put of it, and a read shows one."""
-    seen: set[tuple[tuple[str, ...], str]] = set()
-    for item in items:
-        if (item.namespace, item.key) not in seen:
-            seen.add((item.namespace, item.key))
-            yield item
-
-
 @dataclass(frozen=True)
 class _Scan:
     """Read the user's memories under ``filter``, newest first, page by page, until
@@ -141,6 +142,11 @@ Plan = Generator["_Scan | _Call", Any, Any]
 def _check(op: Op) -> None:
     if isinstance(op, GetOp | PutOp):
         _user(op.namespace, "an item")
+        ttl = getattr(op, "ttl", None)
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf
+        ):
+            raise ValueError("a ttl is a positive number of minutes")
     elif isinstance(op, SearchOp):
         _user(op.namespace_prefix, "a search")
         _filters.check(op.filter)
@@ -157,9 +163,11 @@ class CtxAdminStore(BaseStore):
     """LangGraph's long-term memory store kept in ctxadmin app ``app`` (an API key with the
     ``memory`` scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/
     ``CTXADMIN_API_KEY``) make the clients, or pass ready ones as ``client`` (sync) and
-    ``async_client``. ``search_mode``: ``hybrid`` (default), ``lexical`` or ``vector``."""
+    ``async_client``. ``search_mode``: ``hybrid`` (default), ``lexical`` or ``vector``.
+    ``ttl``: LangGraph's ``TTLConfig`` (``default_ttl`` in minutes, ``refresh_on_read``; the
+    server purges expired items, so ``sweep_interval_minutes`` is not used)."""
 
-    supports_ttl = False
+    supports_ttl = True
 
     def __init__(
         self,
@@ -170,6 +178,7 @@ class CtxAdminStore(BaseStore):
         client: Client | None = None,
         async_client: AsyncClient | None = None,
         search_mode: str | None = None,
+        ttl: TTLConfig | None = None,
         **client_options: Any,
     ) -> None:
         self._connection = Connection(
@@ -182,6 +191,7 @@ class CtxAdminStore(BaseStore):
         )
         self.app = app
         self.search_mode = search_mode
+        self.ttl_config = ttl
 
     def close(self) -> None:
         self._connection.close()
@@ -301,7 +311,17 @@ class CtxAdminStore(BaseStore):
 
     def _get(self, op: GetOp) -> Plan:
         entries = yield from self._current(op.namespace, op.key)
-        return _item(entries[0]) if entries else None
+        if not entries:
+            return None
+        if op.refresh_ttl:
+            yield from self._touch(op.namespace[0], entries[:1])
+        return _item(entries[0])
+
+    def _touch(self, user: str, entries: Iterable[Mapping[str, Any]]) -> Plan:
+        """Refresh the TTL of the items read that have one (marked ``lg.ttl``)."""
+        ids = [entry["id"] for entry in entries if TTL in entry["metadata"]]
+        if ids:
+            yield _Call("touch_memories", (self.app, user, ids), {})
 
     def _put(self, op: PutOp) -> Plan:
         user = _user(op.namespace, "an item")
@@ -317,13 +337,16 @@ class CtxAdminStore(BaseStore):
                 metadata[_label_key(position)] = label
             if op.index is not None:
                 metadata[INDEX] = op.index if op.index is False else list(op.index)
-            content = json.dumps(op.value, ensure_ascii=False, separators=(",", ":"))
-            added = yield _Call(
-                "add_memory",
-                (self.app, user, content),
+            options: dict[str, Any] = {
+                "metadata": metadata,
                 # A retry of this add is the same memory, never a second one.
-                {"metadata": metadata, "idempotency_key": f"langgraph:{uuid.uuid4().hex}"},
-            )
+                "idempotency_key": f"langgraph:{uuid.uuid4().hex}",
+            }
+            if op.ttl is not None:
+                metadata[TTL] = op.ttl
+                options["ttl_seconds"] = max(1, math.ceil(op.ttl * 60))
+            content = json.dumps(op.value, ensure_ascii=False, separators=(",", ":"))
+            added = yield _Call("add_memory", (self.app, user, content), options)
             kept = added["id"]
         for memory_id in replaced:
             if memory_id != kept:
@@ -346,9 +369,19 @@ class CtxAdminStore(BaseStore):
                     "filter": scope,
                 },
             )
-            items = _unique(_item(hit, hit.get("score"), scored=True) for hit in answer["hits"])
-            found = [item for item in items if _filters.item_matches(item.value, op.filter)]
-            return found[op.offset : wanted]
+            seen: set[tuple[tuple[str, ...], str]] = set()
+            hits = []
+            for hit in answer["hits"]:
+                item = _item(hit, hit.get("score"), scored=True)
+                if (item.namespace, item.key) in seen:
+                    continue  # each namespace and key once, at its best place
+                seen.add((item.namespace, item.key))
+                if _filters.item_matches(item.value, op.filter):
+                    hits.append((hit, item))
+            page = hits[op.offset : wanted]
+            if op.refresh_ttl:
+                yield from self._touch(user, (hit for hit, _item_ in page))
+            return [item for _hit, item in page]
         seen: set[tuple[tuple[str, ...], str]] = set()
 
         def keep(entry: dict[str, Any]) -> bool:
@@ -360,8 +393,10 @@ class CtxAdminStore(BaseStore):
             seen.add(key)
             return _filters.item_matches(json.loads(entry["content"]), op.filter)
 
-        entries = yield _Scan(user, scope, keep, wanted)
-        return [_item(entry, scored=True) for entry in entries][op.offset : wanted]
+        entries = (yield _Scan(user, scope, keep, wanted))[op.offset : wanted]
+        if op.refresh_ttl:
+            yield from self._touch(user, entries)
+        return [_item(entry, scored=True) for entry in entries]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> Plan:
         prefix = next(tuple(c.path) for c in op.match_conditions if c.match_type == "prefix")
