@@ -28,6 +28,7 @@ ADD_KEYS = frozenset(
         "embed",
         "erasure_epoch",
         "ttl_seconds",
+        "replace",
     }
 )
 PROVENANCE_KEYS = frozenset({"session_id", "event_id", "author", "timestamp"})
@@ -78,6 +79,8 @@ class NewMemory:
     erasure_epoch: int | None = None
     # The entry's own time to live (None: the app policy's ``default_ttl_seconds``).
     ttl_seconds: int | None = None
+    # With an idempotency key: an entry holding the key is replaced by this one, in place.
+    replace: bool = False
 
 
 def redact_metadata(value: Any) -> Any:

@@ -90,6 +90,14 @@ COMPONENTS = {
                 "`retention_days` in seconds, when set (else 400 `validation_error`). A touch "
                 "(`POST .../memories/touch`) restarts it.",
             },
+            "replace": {
+                "type": "boolean",
+                "default": False,
+                "description": "With an `idempotency_key`: the entry holding the key (live or "
+                "expired) takes this write's content, metadata and terms in place, in one "
+                "statement (200; 201 when none held it); concurrent replaces of one key leave "
+                "one entry. 409 `legal_hold` or `memory_retained` as erasing it would be.",
+            },
         },
         ["content"],
     ),

@@ -60,6 +60,8 @@ class MemoryListView(MemoryScopedView):
 
     @extend_schema(
         operation_id="memories_add",
+        description="201 with a new entry; 200 with the entry an `idempotency_key` already "
+        "names (same content) or, with `replace`, the entry it replaced.",
         request={JSON: ref("MemoryCreate")},
         responses={201: ref("Memory"), 200: ref("Memory")},
     )

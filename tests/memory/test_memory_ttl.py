@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import datetime, timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from memory import tasks
@@ -130,3 +132,90 @@ class TestTouch:
         result = api.post(f"{url()}/touch", body, format="json")
         assert result.status_code == 400, result.content
         assert result.json()["error"]["details"]["field"] == field
+
+
+@pytest.mark.django_db
+class TestReplace:
+    def test_replace_rewrites_the_entry_holding_the_key_in_place(self, api):
+        first = add(api, content="Alice likes tea", idempotency_key="k1", metadata={"n": 1})
+        second = add(
+            api,
+            status=200,
+            content="Alice likes coffee",
+            idempotency_key="k1",
+            replace=True,
+            metadata={"n": 2},
+            ttl_seconds=600,
+        )
+        assert second["id"] == first["id"] and second["content"] == "Alice likes coffee"
+        assert second["metadata"] == {"n": 2} and second["expires_at"] is not None
+        assert second["sha256"] != first["sha256"] and second["embedding_model"]
+        assert MemoryEntry.objects.count() == 1
+        hits = api.post(f"{url()}/search", {"query": "coffee"}, format="json").json()["hits"]
+        assert [hit["id"] for hit in hits] == [first["id"]]
+        assert api.post(f"{url()}/search", {"query": "tea"}, format="json").json()["hits"] == []
+        fresh = add(api, content="Bob", idempotency_key="k2", replace=True)
+        assert fresh["id"] != first["id"] and MemoryEntry.objects.count() == 2
+
+    def test_an_expired_entry_is_replaced_and_lives_again(self, api):
+        old = add(api, content="old", idempotency_key="k1")
+        MemoryEntry.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+        new = add(api, status=200, content="new", idempotency_key="k1", replace=True)
+        assert new["id"] == old["id"] and new["expires_at"] is None
+        assert api.get(f"{url()}/{old['id']}").json()["content"] == "new"
+
+    def test_replace_is_refused_as_erasure_is(self, api):
+        add(api, content="held", idempotency_key="k1")
+        assert api.put(f"{url()}/legal-hold").status_code == 200
+        held = api.post(
+            url(), {"content": "x", "idempotency_key": "k1", "replace": True}, format="json"
+        )
+        assert held.status_code == 409 and held.json()["error"]["code"] == "legal_hold"
+        add(api, content="a new key is no erasure", idempotency_key="k9", replace=True)
+        assert api.delete(f"{url()}/legal-hold").status_code == 204
+        put_policy(api, retention_days=1)
+        add(api, content="retained", idempotency_key="k2")
+        kept = api.post(
+            url(), {"content": "x", "idempotency_key": "k2", "replace": True}, format="json"
+        )
+        assert kept.status_code == 409 and kept.json()["error"]["code"] == "memory_retained"
+        assert kept.json()["error"]["details"]["retain_until"]
+        assert set(MemoryEntry.objects.values_list("content", flat=True)) == {
+            "held",
+            "a new key is no erasure",
+            "retained",
+        }
+
+    @pytest.mark.parametrize(
+        ("body", "field"),
+        [({"replace": True}, "replace"), ({"replace": "yes", "idempotency_key": "k"}, "replace")],
+    )
+    def test_what_replace_refuses(self, api, body, field):
+        refused(api.post(url(), {"content": "x", **body}, format="json"), field)
+        assert not MemoryEntry.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_replaces_of_one_key_leave_one_entry():
+    tenant = make_tenant("acme")
+    barrier = threading.Barrier(12)
+    statuses: list[int] = []
+
+    def send(index: int) -> None:
+        try:
+            client = tenant.client()
+            barrier.wait()
+            body = {"content": f"value {index}", "idempotency_key": "k1", "replace": True}
+            statuses.append(client.post(url(), body, format="json").status_code)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses.count(201) == 1 and statuses.count(200) == 11
+    assert MemoryEntry.objects.count() == 1
+    survivor = MemoryEntry.objects.get()
+    assert survivor.content.startswith("value ") and survivor.idempotency_key == "k1"

@@ -445,10 +445,7 @@ export interface paths {
         put?: never;
         /**
          * Add a memory
-         * @description ``GET``: the user's memories, newest first, by cursor (``?filter=`` as in search).
-         *     ``POST``: add a memory (idempotent with ``idempotency_key``). ``DELETE``: erase a
-         *     session's memories (``?session_id=``) or, with ``{"confirm": "erase user <user>"}``, the
-         *     user's whole memory.
+         * @description 201 with a new entry; 200 with the entry an `idempotency_key` already names (same content) or, with `replace`, the entry it replaced.
          */
         post: operations["memories_add"];
         /**
@@ -1895,6 +1892,11 @@ export interface components {
             erasure_epoch?: number | null;
             /** @description The entry's own time to live (default: the app policy's `default_ttl_seconds`); at most that default and at least the policy's `retention_days` in seconds, when set (else 400 `validation_error`). A touch (`POST .../memories/touch`) restarts it. */
             ttl_seconds?: number | null;
+            /**
+             * @description With an `idempotency_key`: the entry holding the key (live or expired) takes this write's content, metadata and terms in place, in one statement (200; 201 when none held it); concurrent replaces of one key leave one entry. 409 `legal_hold` or `memory_retained` as erasing it would be.
+             * @default false
+             */
+            replace: boolean;
         };
         MemoryTouch: {
             ids: string[];

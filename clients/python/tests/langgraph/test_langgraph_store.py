@@ -255,9 +255,24 @@ def test_what_the_store_refuses(store):
     assert store.get((user, "x"), "k") is None
 
 
-def test_two_memories_of_one_key_read_as_the_newest_until_the_next_put(store, app):
-    """What two racing puts can leave (each deleted only the memory it replaced): reads show
-    the newest once, and the next put of the key leaves one memory."""
+def test_a_put_is_one_memory_replaced_in_place(store, app):
+    """A put's memory is named by its namespace and key: the next put replaces it, so one
+    memory per item, however many puts."""
+    user = f"u-{uuid.uuid4().hex[:12]}"
+    store.put((user, "prefs"), "theme", {"value": "dark"})
+    with Client(app.base_url, app.key) as client:
+        (first,) = client.list_memories(app.name, user)
+        store.put((user, "prefs"), "theme", {"value": "light"})
+        store.put((user, "prefs"), "theme", {"value": "blue"})
+        (last,) = client.list_memories(app.name, user)
+    assert last["id"] == first["id"] and json.loads(last["content"]) == {"value": "blue"}
+    assert store.get((user, "prefs"), "theme").value == {"value": "blue"}
+
+
+def test_other_memories_of_one_key_read_as_the_newest_until_deleted(store, app):
+    """A memory carrying an item's namespace and key that a put did not write (added
+    directly, or by an earlier version of the adapter): reads show the newest once, and a
+    put of None deletes them all."""
     user = f"u-{uuid.uuid4().hex[:12]}"
     store.put((user, "prefs"), "theme", {"value": "dark"})
     metadata = {
@@ -271,5 +286,24 @@ def test_two_memories_of_one_key_read_as_the_newest_until_the_next_put(store, ap
         assert [i.value for i in store.search((user,))] == [{"value": "light"}]
         assert store.get((user, "prefs"), "theme").value == {"value": "light"}
         store.put((user, "prefs"), "theme", {"value": "blue"})
+        assert [i.value for i in store.search((user,))] == [{"value": "blue"}]
+        assert store.get((user, "prefs"), "theme").value == {"value": "blue"}
+        store.delete((user, "prefs"), "theme")
+        assert list(client.list_memories(app.name, user)) == []
+    assert store.get((user, "prefs"), "theme") is None
+
+
+def test_concurrent_puts_of_one_item_leave_one_memory(app):
+    user = f"u-{uuid.uuid4().hex[:12]}"
+
+    async def run() -> None:
+        async with CtxAdminStore(app.base_url, app.key, app=app.name) as fresh:
+            await asyncio.gather(
+                *(fresh.aput((user, "n"), "k", {"v": index}) for index in range(8))
+            )
+
+    asyncio.run(run())
+    with Client(app.base_url, app.key) as client:
         assert len(list(client.list_memories(app.name, user))) == 1
-    assert [i.value for i in store.search((user,))] == [{"value": "blue"}]
+    with CtxAdminStore(app.base_url, app.key, app=app.name) as fresh:
+        assert fresh.get((user, "n"), "k").value["v"] in range(8)

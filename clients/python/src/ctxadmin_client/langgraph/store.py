@@ -7,8 +7,10 @@ items, and a search never crosses users); it must be a valid user id (1-128 char
 content is the value as JSON (what lexical and vector search read), its metadata holds the
 whole namespace (``lg.namespace``), one key per label after the first (``lg.ns.1``, ...,
 for prefix filters the server applies), the depth (``lg.depth``), the key (``lg.key``) and
-the put's ``index`` (``lg.index``). A put of a namespace and key adds the new memory, then
-deletes the one it replaces; a put of ``None`` deletes it.
+the put's ``index`` (``lg.index``). A put is one call: the memory's idempotency key is the
+namespace and key, hashed, and the server replaces the memory holding it in place, in one
+statement (``replace``), so concurrent puts of one item leave one memory. A put of ``None``
+deletes every memory of the namespace and key (a list, then a delete each).
 
 **Reads.** ``get`` is the newest memory of the namespace and key. ``search`` without a
 query lists the prefix's memories newest first; with a query it is ctxadmin's hybrid search
@@ -18,12 +20,16 @@ The value ``filter`` keeps LangGraph's semantics and is applied by this adapter:
 ``$lt``/``$lte``, which compare numbers as numbers and strings as strings (see
 ``_filters``). ``list_namespaces`` needs a prefix condition whose first label names the
 user. As in LangGraph's in-memory store, a batch's reads see the store as it was before the
-batch's puts, and the last put of a namespace and key wins.
+batch's puts, and the last put of a namespace and key wins. Other memories carrying an
+item's namespace and key (added directly, or by earlier versions of this adapter, which
+added a memory per put) read as one item, the newest, until a put of ``None`` deletes them.
 
 **Limits.** Memory's: a value's JSON at most ``CTXADMIN_MEMORY_MAX_CONTENT_BYTES`` (32 KiB by
 default); a value that looks like it carries a credential is refused (422
 ``sensitive_memory_content``); a namespace's labels and key within
-``CTXADMIN_MEMORY_MAX_METADATA_BYTES``.
+``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Under a legal hold, or within the app's retention
+period, a put that would replace an item is refused (409 ``legal_hold``,
+``memory_retained``), as erasing it would be.
 
 **TTL.** ``supports_ttl`` is True: a put's ``ttl`` (minutes, or the store's ``TTLConfig``
 ``default_ttl``) becomes the memory's ``ttl_seconds`` (rounded up to whole seconds, at least
@@ -33,16 +39,16 @@ default); a value that looks like it carries a credential is refused (422
 ``refresh_on_read``, else True) touches the items it returns that have a TTL, in one more
 call (none when none has). An expired item is gone for every read at once; the server's
 purge deletes it later. Without a ``ttl`` the app's policy (``default_ttl_seconds``) applies.
-``batch`` speaks through a ``Client``,
-``abatch`` through an ``AsyncClient``: each operation is written once, as the requests it
-makes, and each of the two runs them.
+
+``batch`` speaks through a ``Client``, ``abatch`` through an ``AsyncClient``: each operation
+is written once, as the requests it makes, and each of the two runs them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -78,6 +84,12 @@ SEARCH_LIMIT = 100
 
 def _label_key(position: int) -> str:
     return f"lg.ns.{position}"
+
+
+def _item_key(namespace: tuple[str, ...], key: str) -> str:
+    """The idempotency key of an item's memory: its namespace and key, hashed."""
+    named = json.dumps([list(namespace), key], ensure_ascii=False, separators=(",", ":"))
+    return "langgraph:" + hashlib.sha256(named.encode("utf-8")).hexdigest()
 
 
 def _user(namespace: tuple[str, ...], what: str) -> str:
@@ -325,32 +337,28 @@ class CtxAdminStore(BaseStore):
 
     def _put(self, op: PutOp) -> Plan:
         user = _user(op.namespace, "an item")
-        replaced = [entry["id"] for entry in (yield from self._current(op.namespace, op.key))]
-        kept = None
-        if op.value is not None:
-            metadata: dict[str, Any] = {
-                NAMESPACE: list(op.namespace),
-                DEPTH: len(op.namespace),
-                KEY: op.key,
-            }
-            for position, label in enumerate(op.namespace[1:], start=1):
-                metadata[_label_key(position)] = label
-            if op.index is not None:
-                metadata[INDEX] = op.index if op.index is False else list(op.index)
-            options: dict[str, Any] = {
-                "metadata": metadata,
-                # A retry of this add is the same memory, never a second one.
-                "idempotency_key": f"langgraph:{uuid.uuid4().hex}",
-            }
-            if op.ttl is not None:
-                metadata[TTL] = op.ttl
-                options["ttl_seconds"] = max(1, math.ceil(op.ttl * 60))
-            content = json.dumps(op.value, ensure_ascii=False, separators=(",", ":"))
-            added = yield _Call("add_memory", (self.app, user, content), options)
-            kept = added["id"]
-        for memory_id in replaced:
-            if memory_id != kept:
-                yield _Call("delete_memory", (self.app, user, memory_id), {}, missing_ok=True)
+        if op.value is None:  # a delete: every memory of the namespace and key
+            for entry in (yield from self._current(op.namespace, op.key)):
+                yield _Call("delete_memory", (self.app, user, entry["id"]), {}, missing_ok=True)
+            return
+        metadata: dict[str, Any] = {NAMESPACE: list(op.namespace), DEPTH: len(op.namespace)}
+        metadata[KEY] = op.key
+        for position, label in enumerate(op.namespace[1:], start=1):
+            metadata[_label_key(position)] = label
+        if op.index is not None:
+            metadata[INDEX] = op.index if op.index is False else list(op.index)
+        options: dict[str, Any] = {
+            "metadata": metadata,
+            # One memory per namespace and key, replaced in place by the server in one
+            # statement: concurrent puts leave one, and a retry is the same write again.
+            "idempotency_key": _item_key(op.namespace, op.key),
+            "replace": True,
+        }
+        if op.ttl is not None:
+            metadata[TTL] = op.ttl
+            options["ttl_seconds"] = max(1, math.ceil(op.ttl * 60))
+        content = json.dumps(op.value, ensure_ascii=False, separators=(",", ":"))
+        yield _Call("add_memory", (self.app, user, content), options)
 
     def _search(self, op: SearchOp) -> Plan:
         user = _user(op.namespace_prefix, "a search")
