@@ -1,5 +1,6 @@
 """A memory's own time to live: ``ttl_seconds`` on add, bounded by the app's policy, and
-``POST .../memories/touch``, which restarts it; expired entries stay out of every read."""
+``POST .../memories/touch``, which restarts it; expired entries stay out of every read.
+And ``replace``: an add that rewrites the entry holding its idempotency key in place."""
 
 from __future__ import annotations
 
