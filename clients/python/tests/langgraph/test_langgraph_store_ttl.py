@@ -12,6 +12,19 @@ from datetime import datetime, timedelta
 import pytest
 from ctxadmin_client import Client, ValidationError
 from ctxadmin_client.langgraph import CtxAdminStore
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+TTL_KEYS = ("k1", "k2")
+TTL_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.sampled_from(TTL_KEYS), st.sampled_from((None, 1.0, 30.0))),
+        st.tuples(st.just("get"), st.sampled_from(TTL_KEYS), st.booleans()),
+        st.tuples(st.just("search"), st.just(None), st.booleans()),
+    ),
+    min_size=1,
+    max_size=6,
+)
 
 
 def user_id() -> str:
@@ -123,3 +136,45 @@ def test_the_apps_policy_bounds_a_ttl(store, app):
         finally:
             client.set_memory_policy(app.name)
     assert store.get((user, "n"), "k").value == {"v": 1}
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=TTL_STEPS)
+def test_expiries_follow_puts_and_refreshing_reads(store, app, steps):
+    """Generated puts (with and without a TTL) and reads (refreshing or not): after each, a
+    put's memory expires after its TTL or never; a refreshing read moves the expiry of each
+    item it returned that has a TTL later, and nothing else moves."""
+    user = user_id()
+    ttls: dict[str, float | None] = {}  # the items put, and their TTL
+    before: dict[str, datetime | None] = {}
+    for kind, key, arg in steps:
+        if kind == "put":
+            store.put((user, "n"), key, {"v": key}, ttl=arg)
+            ttls[key] = arg
+        elif kind == "get":
+            found = store.get((user, "n"), key, refresh_ttl=arg)
+            assert (found is None) == (key not in ttls)
+        else:
+            found = store.search((user,), refresh_ttl=arg)
+            assert {item.key for item in found} == set(ttls)
+        after = expiries(app, user)
+        assert set(after) == set(ttls)
+        for name, ttl in ttls.items():
+            if kind == "put" and name == key:
+                if ttl is None:
+                    assert after[name] is None
+                else:
+                    assert abs(lifetime(app, user, name) - timedelta(minutes=ttl)) < timedelta(
+                        seconds=1
+                    )
+                continue
+            read = kind == "search" or name == key
+            if ttl is not None and arg is True and kind != "put" and read:
+                assert after[name] > before[name], (kind, name)
+            else:
+                assert after[name] == before[name], (kind, name)
+        before = after
