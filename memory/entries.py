@@ -29,6 +29,7 @@ from memory.inputs import (
     PROVENANCE_KEYS,
     NewMemory,
     parse_epoch,
+    parse_ttl_seconds,
     redact_metadata,
 )
 from memory.models import MemoryEntry
@@ -108,6 +109,12 @@ def parse_new_memory(body: Any) -> NewMemory:
     if embed not in EMBED_MODES:
         raise invalid("embed", "must be auto, sync or async")
     epoch = parse_epoch(body.get("erasure_epoch"))
+    ttl_seconds = parse_ttl_seconds(body.get("ttl_seconds"))
+    replace = body.get("replace", False)
+    if not isinstance(replace, bool):
+        raise invalid("replace", "must be true or false")
+    if replace and key is None:
+        raise invalid("replace", "needs an idempotency_key (the entry to replace)")
     if looks_like_secret(content):
         raise ServiceError(
             "sensitive_memory_content",
@@ -124,6 +131,8 @@ def parse_new_memory(body: Any) -> NewMemory:
         source_timestamp=when,
         embed=embed,
         erasure_epoch=epoch,
+        ttl_seconds=ttl_seconds,
+        replace=replace,
     )
 
 
@@ -201,6 +210,28 @@ def _entry(row) -> dict:
     }
 
 
+# ``replace``: the entry holding the key takes the new write's content and terms, in place
+# (its id stays), unless a retention period or a legal hold keeps it (``memory_memoryentry``
+# is the row in the way).
+_REPLACE = """
+    DO UPDATE SET
+        content = EXCLUDED.content, content_sha256 = EXCLUDED.content_sha256,
+        metadata = EXCLUDED.metadata, session_id = EXCLUDED.session_id,
+        event_id = EXCLUDED.event_id, author = EXCLUDED.author,
+        source_timestamp = EXCLUDED.source_timestamp, search = EXCLUDED.search,
+        embedding = EXCLUDED.embedding, embedding_model = EXCLUDED.embedding_model,
+        embed_failures = 0, content_bytes = EXCLUDED.content_bytes, created_at = now(),
+        updated_at = now(), expires_at = EXCLUDED.expires_at,
+        ttl_seconds = EXCLUDED.ttl_seconds, retain_until = EXCLUDED.retain_until
+    WHERE (memory_memoryentry.retain_until IS NULL OR memory_memoryentry.retain_until <= now())
+      AND NOT EXISTS (SELECT 1 FROM memory_memorypolicy p
+                       WHERE p.app_id = memory_memoryentry.app_id AND p.legal_hold)
+      AND NOT EXISTS (SELECT 1 FROM memory_legalhold h
+                       WHERE h.app_id = memory_memoryentry.app_id
+                         AND h.user_id = memory_memoryentry.user_id)
+"""
+
+
 def add_memory(
     app: App, user_id: str, new: NewMemory, epoch: int | None = None
 ) -> tuple[dict, bool]:
@@ -208,16 +239,21 @@ def add_memory(
     entry; with other content, 409 ``idempotency_conflict``. Concurrent adds with one key
     make one entry (the unique index decides).
 
+    With ``new.replace``, the entry holding the key (live or expired) is replaced in place
+    by this write, in one statement: concurrent replaces of one key leave one entry, the
+    last one's. Replacing an entry is refused as erasing it is: 409 ``legal_hold`` under a
+    legal hold, 409 ``memory_retained`` before its ``retain_until``.
+
     The app's memory policy applies: without the user's consent where it is required, 403
     ``consent_required``; its TTL and retention are stamped on the entry. ``epoch`` (else
     ``new.erasure_epoch``) is the scope's erasure epoch the write was prepared at: older
     than the current one, 409 ``memory_erasure_epoch_stale`` and nothing is written."""
-    terms = governance.write_terms(app, user_id)
+    terms = governance.write_terms(app, user_id, new.ttl_seconds)
     epoch = new.erasure_epoch if epoch is None else parse_epoch(epoch, "epoch")
     if epoch is not None:
         check_epoch(app, user_id, epoch)
     digest = hashlib.sha256(new.content.encode("utf-8")).hexdigest()
-    if new.idempotency_key is not None:
+    if new.idempotency_key is not None and not new.replace:
         existing = _by_key(app, user_id, new.idempotency_key)
         if existing is not None:
             return _same_or_conflict(existing, digest), False
@@ -230,25 +266,28 @@ def add_memory(
         vector = embed_one(embedder, new.content)
     entry_id = uuid.uuid4()
     with transaction.atomic(), connection.cursor() as cursor:
-        if epoch is not None:  # ordered after any erasure of the scope, checked again
+        if epoch is not None or new.replace:
+            # Ordered after any erasure of the scope (checked again) and any legal hold
+            # being placed on it.
             lock_scope(app, user_id, shared=True)
-            check_epoch(app, user_id, epoch)
+            if epoch is not None:
+                check_epoch(app, user_id, epoch)
         cursor.execute(
             f"""
             INSERT INTO memory_memoryentry
                 (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
                  session_id, event_id, author, source_timestamp, search, embedding,
                  embedding_model, content_bytes, created_at, updated_at, expires_at,
-                 retain_until)
+                 ttl_seconds, retain_until)
             VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
                     memory_search_vector(%s::regconfig, {_SEARCH_TEXT_PARAMS}),
                     %s::vector, %s, %s, now(), now(),
-                    now() + %s::integer * interval '1 second',
+                    now() + %s::integer * interval '1 second', %s,
                     now() + %s::integer * interval '1 day')
             ON CONFLICT (app_id, user_id, idempotency_key)
-                WHERE idempotency_key IS NOT NULL DO NOTHING
-            RETURNING {ENTRY_COLUMNS}
-            """,  # noqa: S608 - a constant column list
+                WHERE idempotency_key IS NOT NULL {_REPLACE if new.replace else "DO NOTHING"}
+            RETURNING {ENTRY_COLUMNS}, id = %s
+            """,  # noqa: S608 - constant clauses
             [
                 entry_id,
                 app.pk,
@@ -269,10 +308,15 @@ def add_memory(
                 embedder.name if vector is not None else "",
                 len(new.content.encode("utf-8")),
                 terms.ttl_seconds,
+                terms.ttl_seconds,
                 terms.retention_days,
+                entry_id,
             ],
         )
         row = cursor.fetchone()
+        if row is None and new.replace:  # a retention period or a legal hold keeps it
+            governance.refuse_if_held(app, user_id)
+            raise _retained_entry(app, user_id, new.idempotency_key)
     if row is None:  # another request with this key won the race
         existing = _by_key(app, user_id, new.idempotency_key)
         if existing is None:  # the key is held by an expired entry still retained or held
@@ -284,7 +328,24 @@ def add_memory(
         return _same_or_conflict(existing, digest), False
     if vector is None:
         wake("memory.embed_pending")
-    return _entry(row), True
+    *columns, created = row
+    return _entry(columns), created
+
+
+def _retained_entry(app: App, user_id: str, key: str) -> ServiceError:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT to_json(retain_until) #>> '{}' FROM memory_memoryentry "
+            "WHERE app_id = %s AND user_id = %s AND idempotency_key = %s",
+            [app.pk, user_id, key],
+        )
+        row = cursor.fetchone()
+    return ServiceError(
+        "memory_retained",
+        "The app's retention period keeps the memory this would replace.",
+        status_code=409,
+        details={"retained": 1, "retain_until": None if row is None else row[0]},
+    )
 
 
 def _by_key(app: App, user_id: str, key: str) -> tuple | None:
@@ -367,3 +428,22 @@ def list_memories(app: App, user_id: str, limit: int) -> list[dict]:
             [app.pk, user_id, limit],
         )
         return [_entry(row) for row in cursor.fetchall()]
+
+
+def touch_memories(app: App, user_id: str, ids: list[str]) -> list[dict]:
+    """Refresh the TTL of the user's live entries among ``ids`` that have one:
+    ``expires_at`` becomes now plus the entry's ``ttl_seconds``, in one statement (an entry
+    that expired meanwhile stays expired). The refreshed entries' ids and new expiry."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE memory_memoryentry
+               SET expires_at = now() + ttl_seconds * interval '1 second'
+             WHERE app_id = %s AND user_id = %s AND id = ANY(%s::uuid[])
+               AND ttl_seconds IS NOT NULL AND {LIVE}
+            RETURNING id::text, to_json(expires_at) #>> '{{}}'
+            """,  # noqa: S608 - a constant condition
+            [app.pk, user_id, list(ids)],
+        )
+        rows = sorted(cursor.fetchall())
+    return [{"id": entry_id, "expires_at": expires_at} for entry_id, expires_at in rows]

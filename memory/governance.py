@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection, transaction
 
-from ctxadmin.errors import ServiceError, not_found
+from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
 from ctxadmin.timestamps import iso_timestamp
 from memory.inputs import (
@@ -141,10 +141,27 @@ def require_read_consent(app: App, user_id: str) -> None:
     _checked_terms(app, user_id)
 
 
-def write_terms(app: App, user_id: str) -> WriteTerms:
-    """Refuse a write as ``require_read_consent`` does; else the TTL and retention to stamp."""
+def write_terms(app: App, user_id: str, ttl_seconds: int | None = None) -> WriteTerms:
+    """Refuse a write as ``require_read_consent`` does; else the TTL and retention to stamp.
+
+    An entry's own ``ttl_seconds`` replaces the policy's ``default_ttl_seconds`` within the
+    policy's rules: at most that default (the app's ceiling), and, as the policy's own TTL,
+    at least ``retention_days`` (an entry cannot expire before it may be erased). A legal
+    hold keeps an expired entry (invisible) until the hold ends, whatever its TTL."""
     policy = _checked_terms(app, user_id)
-    return WriteTerms(policy.default_ttl_seconds, policy.retention_days)
+    if ttl_seconds is None:
+        return WriteTerms(policy.default_ttl_seconds, policy.retention_days)
+    ceiling = policy.default_ttl_seconds
+    if ceiling is not None and ttl_seconds > ceiling:
+        raise invalid("ttl_seconds", f"must be at most the app's default_ttl_seconds ({ceiling})")
+    floor = None if policy.retention_days is None else policy.retention_days * 86400
+    if floor is not None and ttl_seconds < floor:
+        raise invalid(
+            "ttl_seconds",
+            f"must be at least the app's retention_days in seconds ({floor}): an entry "
+            "cannot expire before it may be erased",
+        )
+    return WriteTerms(ttl_seconds, policy.retention_days)
 
 
 def consent_state(app: App, user_id: str) -> dict:

@@ -20,7 +20,16 @@ from memory import filters as memory_filters
 
 REDACTED = "[redacted]"
 ADD_KEYS = frozenset(
-    {"content", "metadata", "provenance", "idempotency_key", "embed", "erasure_epoch"}
+    {
+        "content",
+        "metadata",
+        "provenance",
+        "idempotency_key",
+        "embed",
+        "erasure_epoch",
+        "ttl_seconds",
+        "replace",
+    }
 )
 PROVENANCE_KEYS = frozenset({"session_id", "event_id", "author", "timestamp"})
 # How a new entry is embedded: ``sync`` before the answer, ``async`` by the embedding task,
@@ -32,6 +41,7 @@ MAX_KEY_LENGTH = 256
 KEY = re.compile(rf"^{KEY_PATTERN}\Z")
 # A provenance identifier (session, event, author).
 ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
+UUID = re.compile(r"^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\Z")
 SEARCH_KEYS = frozenset({"query", "mode", "filter", "limit", "min_score", "weights"})
 MODES = ("lexical", "vector", "hybrid")
 MAX_SEARCH_LIMIT = 100
@@ -67,6 +77,10 @@ class NewMemory:
     embed: str  # sync | async | auto
     # The scope's erasure epoch the write was prepared at (None: not checked).
     erasure_epoch: int | None = None
+    # The entry's own time to live (None: the app policy's ``default_ttl_seconds``).
+    ttl_seconds: int | None = None
+    # With an idempotency key: an entry holding the key is replaced by this one, in place.
+    replace: bool = False
 
 
 def redact_metadata(value: Any) -> Any:
@@ -172,6 +186,9 @@ INGESTION_MODES = ("off", "on_success")
 CONSENT_KEYS = frozenset({"granted"})
 MAX_TTL_SECONDS = 10 * 365 * 86400  # ten years
 MAX_RETENTION_DAYS = 100 * 365
+# A touch (``POST .../memories/touch``) refreshes at most this many entries.
+MAX_TOUCH_IDS = 200
+TOUCH_KEYS = frozenset({"ids"})
 
 
 @dataclass(frozen=True)
@@ -188,6 +205,23 @@ class Policy:
 
 
 DEFAULT_POLICY = Policy()
+
+
+def parse_ttl_seconds(value: Any) -> int | None:
+    """A new entry's own ``ttl_seconds``: null, or 1 to ``MAX_TTL_SECONDS``."""
+    return _positive({"ttl_seconds": value}, "ttl_seconds", MAX_TTL_SECONDS)
+
+
+def parse_touch(body: Any) -> list[str]:
+    """``{"ids": [...]}``: 1 to ``MAX_TOUCH_IDS`` memory ids (UUIDs), each once."""
+    strict_object(body, TOUCH_KEYS)
+    ids = body.get("ids")
+    if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_TOUCH_IDS:
+        raise invalid("ids", f"must be a list of 1 to {MAX_TOUCH_IDS} memory ids")
+    for position, value in enumerate(ids):
+        if not isinstance(value, str) or not UUID.match(value):
+            raise invalid(f"ids.{position}", "must be a memory id (a UUID)")
+    return sorted({value.lower() for value in ids})
 
 
 def _positive(body: dict, name: str, maximum: int) -> int | None:

@@ -42,8 +42,11 @@ class MemoryEntry(models.Model):
     content_bytes = models.IntegerField()
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
-    # The app's ``default_ttl_seconds`` at write time: invisible from then on, purged later.
+    # The entry's own ``ttl_seconds``, else the app's ``default_ttl_seconds``, at write time:
+    # invisible from then on, purged later.
     expires_at = models.DateTimeField(null=True)
+    # The TTL ``expires_at`` was set from; a touch moves ``expires_at`` to now plus it.
+    ttl_seconds = models.PositiveIntegerField(null=True)
     # The app's ``retention_days`` at write time: entry and session erasure refuse before it.
     retain_until = models.DateTimeField(null=True)
 

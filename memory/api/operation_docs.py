@@ -63,6 +63,18 @@ DOCS = {
         "request": {"query": "which seat does Alice like?", "limit": 3},
         "200": HITS,
     },
+    "memories_touch": {
+        "summary": "Refresh the time to live of memories",
+        "request": {"ids": ["7939cdaa-b97a-4b3a-a805-d87dac3923ce"]},
+        "200": {
+            "memories": [
+                {
+                    "id": "7939cdaa-b97a-4b3a-a805-d87dac3923ce",
+                    "expires_at": "2026-06-01T10:30:12.491753+00:00",
+                }
+            ]
+        },
+    },
     "memories_add_events": {"summary": "Add memories from events (ADK's add_events_to_memory)"},
     "memories_ingestions_admit": {
         "summary": "Queue a session's events for memory ingestion",

@@ -15,6 +15,7 @@ from memory.inputs import (
     MAX_QUERY_BYTES,
     MAX_RETENTION_DAYS,
     MAX_SEARCH_LIMIT,
+    MAX_TOUCH_IDS,
     MAX_TTL_SECONDS,
     MAX_WEIGHT,
     MODES,
@@ -79,8 +80,54 @@ COMPONENTS = {
                 "description": "The scope's erasure epoch this write was prepared at; older "
                 "than the current one: 409 memory_erasure_epoch_stale, nothing written.",
             },
+            "ttl_seconds": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_TTL_SECONDS,
+                "nullable": True,
+                "description": "The entry's own time to live (default: the app policy's "
+                "`default_ttl_seconds`); at most that default and at least the policy's "
+                "`retention_days` in seconds, when set (else 400 `validation_error`). A touch "
+                "(`POST .../memories/touch`) restarts it.",
+            },
+            "replace": {
+                "type": "boolean",
+                "default": False,
+                "description": "With an `idempotency_key`: the entry holding the key (live or "
+                "expired) takes this write's content, metadata and terms in place, in one "
+                "statement (200; 201 when none held it); concurrent replaces of one key leave "
+                "one entry. 409 `legal_hold` or `memory_retained` as erasing it would be.",
+            },
         },
         ["content"],
+    ),
+    "MemoryTouch": _strict(
+        {
+            "ids": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_TOUCH_IDS,
+                "items": {"type": "string", "format": "uuid"},
+            }
+        },
+        ["ids"],
+    ),
+    "MemoryTouchResult": _strict(
+        {
+            "memories": {
+                "type": "array",
+                "description": "The live entries with a TTL that were refreshed (others among "
+                "`ids`, unknown, expired or without a TTL, are left out).",
+                "items": _strict(
+                    {
+                        "id": {"type": "string", "format": "uuid"},
+                        "expires_at": {"type": "string", "format": "date-time"},
+                    },
+                    ["id", "expires_at"],
+                ),
+            }
+        },
+        ["memories"],
     ),
     "Memory": _strict(
         {

@@ -7,6 +7,7 @@ base = "apps/<str:app>/users/<str:user>/memories"
 urlpatterns = [
     path(base, views.MemoryListView.as_view(), name="memories"),
     path(f"{base}/search", views.MemorySearchView.as_view(), name="memory-search"),
+    path(f"{base}/touch", views.MemoryTouchView.as_view(), name="memory-touch"),
     path(f"{base}/events", ingest_views.MemoryEventsView.as_view(), name="memory-events"),
     path(
         f"{base}/ingestions",

@@ -60,6 +60,8 @@ class MemoryListView(MemoryScopedView):
 
     @extend_schema(
         operation_id="memories_add",
+        description="201 with a new entry; 200 with the entry an `idempotency_key` already "
+        "names (same content) or, with `replace`, the entry it replaced.",
         request={JSON: ref("MemoryCreate")},
         responses={201: ref("Memory"), 200: ref("Memory")},
     )
@@ -131,6 +133,22 @@ class MemoryDetailView(MemoryScopedView):
     def delete(self, request, app, user, memory_id):
         erasure.erase_entry(self.tenant, user, memory_id, request.auth.prefix)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MemoryTouchView(MemoryScopedView):
+    tool_capabilities = {"POST": "memory_search"}
+
+    @extend_schema(
+        operation_id="memories_touch",
+        description="Refresh the TTL of the listed memories, as a read that refreshes TTLs "
+        "does: each live entry with a TTL gets `expires_at` = now + its `ttl_seconds`, in one "
+        "statement; an expired entry stays expired.",
+        request={JSON: ref("MemoryTouch")},
+        responses={200: ref("MemoryTouchResult")},
+    )
+    def post(self, request, app, user):
+        ids = inputs.parse_touch(request.data)
+        return Response({"memories": entries.touch_memories(self.tenant, user, ids)})
 
 
 class MemorySearchView(MemoryScopedView):

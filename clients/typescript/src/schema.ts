@@ -445,10 +445,7 @@ export interface paths {
         put?: never;
         /**
          * Add a memory
-         * @description ``GET``: the user's memories, newest first, by cursor (``?filter=`` as in search).
-         *     ``POST``: add a memory (idempotent with ``idempotency_key``). ``DELETE``: erase a
-         *     session's memories (``?session_id=``) or, with ``{"confirm": "erase user <user>"}``, the
-         *     user's whole memory.
+         * @description 201 with a new entry; 200 with the entry an `idempotency_key` already names (same content) or, with `replace`, the entry it replaced.
          */
         post: operations["memories_add"];
         /**
@@ -608,6 +605,26 @@ export interface paths {
         put?: never;
         /** Search the user's memories (lexical, vector or hybrid) */
         post: operations["memories_search"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/users/{user}/memories/touch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Refresh the time to live of memories
+         * @description Refresh the TTL of the listed memories, as a read that refreshes TTLs does: each live entry with a TTL gets `expires_at` = now + its `ttl_seconds`, in one statement; an expired entry stays expired.
+         */
+        post: operations["memories_touch"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1873,6 +1890,25 @@ export interface components {
             embed?: "auto" | "sync" | "async";
             /** @description The scope's erasure epoch this write was prepared at; older than the current one: 409 memory_erasure_epoch_stale, nothing written. */
             erasure_epoch?: number | null;
+            /** @description The entry's own time to live (default: the app policy's `default_ttl_seconds`); at most that default and at least the policy's `retention_days` in seconds, when set (else 400 `validation_error`). A touch (`POST .../memories/touch`) restarts it. */
+            ttl_seconds?: number | null;
+            /**
+             * @description With an `idempotency_key`: the entry holding the key (live or expired) takes this write's content, metadata and terms in place, in one statement (200; 201 when none held it); concurrent replaces of one key leave one entry. 409 `legal_hold` or `memory_retained` as erasing it would be.
+             * @default false
+             */
+            replace: boolean;
+        };
+        MemoryTouch: {
+            ids: string[];
+        };
+        MemoryTouchResult: {
+            /** @description The live entries with a TTL that were refreshed (others among `ids`, unknown, expired or without a TTL, are left out). */
+            memories: {
+                /** Format: uuid */
+                id: string;
+                /** Format: date-time */
+                expires_at: string;
+            }[];
         };
         Memory: {
             /** Format: uuid */
@@ -3863,6 +3899,43 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["MemorySearchResult"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    memories_touch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["MemoryTouch"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryTouchResult"];
                 };
             };
             /** @description An error */

@@ -22,7 +22,8 @@ class MemoryOperations(Runners[D, L, N, B]):
         idempotency_key: str | None = None,
         **extra: Any,
     ) -> D:
-        """Add a memory (``extra``: ``provenance``, ``embed``, ``erasure_epoch``). With an
+        """Add a memory (``extra``: ``provenance``, ``embed``, ``erasure_epoch``,
+        ``ttl_seconds``). With an
         ``idempotency_key`` a repeat answers the stored entry, so it is retried."""
         return self._one(
             Call(
@@ -53,6 +54,18 @@ class MemoryOperations(Runners[D, L, N, B]):
 
     def get_memory(self, app: str, user_id: str, memory_id: str) -> D:
         return self._one(Call("GET", user_path(app, user_id, "memories", memory_id)))
+
+    def touch_memories(self, app: str, user_id: str, ids: Sequence[str]) -> D:
+        """Refresh the TTL of memories ``ids`` (at most 200): ``{"memories": [{"id",
+        "expires_at"}]}``, the live ones with a TTL. Repeating it is harmless, so retried."""
+        return self._one(
+            Call(
+                "POST",
+                user_path(app, user_id, "memories", "touch"),
+                json={"ids": list(ids)},
+                idempotent=True,
+            )
+        )
 
     def delete_memory(self, app: str, user_id: str, memory_id: str) -> N:
         return self._none(Call("DELETE", user_path(app, user_id, "memories", memory_id)))

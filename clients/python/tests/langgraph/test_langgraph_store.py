@@ -47,11 +47,15 @@ FILTERS = st.one_of(
     st.fixed_dictionaries({"nested": st.fixed_dictionaries({"flag": st.booleans()})}),
     st.fixed_dictionaries({"tags": st.lists(st.sampled_from(("x", "y")), max_size=2)}),
 )
+# A TTL long enough not to pass during an example: the items compare as without one (the
+# in-memory store keeps no TTL), while reads refresh them (GetOp's and SearchOp's
+# ``refresh_ttl`` default to True).
 put = st.builds(
-    lambda ns, key, value: ("put", ns, key, value),
+    lambda ns, key, value, ttl: ("put", ns, key, value, ttl),
     st.sampled_from(SPACES),
     st.sampled_from(KEYS),
     st.one_of(st.none(), VALUES, VALUES),
+    st.sampled_from((None, None, 60.0)),
 )
 get = st.builds(lambda ns, key: ("get", ns, key), st.sampled_from(SPACES), st.sampled_from(KEYS))
 search = st.builds(
@@ -78,7 +82,7 @@ BATCHES = st.lists(
 def to_op(user: str, spec: tuple) -> Any:
     kind = spec[0]
     if kind == "put":
-        return PutOp((user, *spec[1]), spec[2], spec[3])
+        return PutOp((user, *spec[1]), spec[2], spec[3], ttl=spec[4])
     if kind == "get":
         return GetOp((user, *spec[1]), spec[2])
     if kind == "search":
@@ -237,8 +241,9 @@ def test_what_the_store_refuses(store):
         store.search(())
     with pytest.raises(ValueError, match="first label"):
         store.list_namespaces()
-    with pytest.raises(NotImplementedError):
-        store.put(("someone", "x"), "k", {"v": 1}, ttl=5)
+    for ttl in (0, -1, float("inf")):
+        with pytest.raises(ValueError, match="ttl"):
+            store.put(("someone", "x"), "k", {"v": 1}, ttl=ttl)
     with pytest.raises(ValidationError):
         store.put(("not a user id!", "x"), "k", {"v": 1})
     with pytest.raises(ValueError, match="operator"):
@@ -250,9 +255,24 @@ def test_what_the_store_refuses(store):
     assert store.get((user, "x"), "k") is None
 
 
-def test_two_memories_of_one_key_read_as_the_newest_until_the_next_put(store, app):
-    """What two racing puts can leave (each deleted only the memory it replaced): reads show
-    the newest once, and the next put of the key leaves one memory."""
+def test_a_put_is_one_memory_replaced_in_place(store, app):
+    """A put's memory is named by its namespace and key: the next put replaces it, so one
+    memory per item, however many puts."""
+    user = f"u-{uuid.uuid4().hex[:12]}"
+    store.put((user, "prefs"), "theme", {"value": "dark"})
+    with Client(app.base_url, app.key) as client:
+        (first,) = client.list_memories(app.name, user)
+        store.put((user, "prefs"), "theme", {"value": "light"})
+        store.put((user, "prefs"), "theme", {"value": "blue"})
+        (last,) = client.list_memories(app.name, user)
+    assert last["id"] == first["id"] and json.loads(last["content"]) == {"value": "blue"}
+    assert store.get((user, "prefs"), "theme").value == {"value": "blue"}
+
+
+def test_other_memories_of_one_key_read_as_the_newest_until_deleted(store, app):
+    """A memory carrying an item's namespace and key that a put did not write (added
+    directly, or by an earlier version of the adapter): reads show the newest once, and a
+    put of None deletes them all."""
     user = f"u-{uuid.uuid4().hex[:12]}"
     store.put((user, "prefs"), "theme", {"value": "dark"})
     metadata = {
@@ -266,5 +286,24 @@ def test_two_memories_of_one_key_read_as_the_newest_until_the_next_put(store, ap
         assert [i.value for i in store.search((user,))] == [{"value": "light"}]
         assert store.get((user, "prefs"), "theme").value == {"value": "light"}
         store.put((user, "prefs"), "theme", {"value": "blue"})
+        assert [i.value for i in store.search((user,))] == [{"value": "blue"}]
+        assert store.get((user, "prefs"), "theme").value == {"value": "blue"}
+        store.delete((user, "prefs"), "theme")
+        assert list(client.list_memories(app.name, user)) == []
+    assert store.get((user, "prefs"), "theme") is None
+
+
+def test_concurrent_puts_of_one_item_leave_one_memory(app):
+    user = f"u-{uuid.uuid4().hex[:12]}"
+
+    async def run() -> None:
+        async with CtxAdminStore(app.base_url, app.key, app=app.name) as fresh:
+            await asyncio.gather(
+                *(fresh.aput((user, "n"), "k", {"v": index}) for index in range(8))
+            )
+
+    asyncio.run(run())
+    with Client(app.base_url, app.key) as client:
         assert len(list(client.list_memories(app.name, user))) == 1
-    assert [i.value for i in store.search((user,))] == [{"value": "blue"}]
+    with CtxAdminStore(app.base_url, app.key, app=app.name) as fresh:
+        assert fresh.get((user, "n"), "k").value["v"] in range(8)

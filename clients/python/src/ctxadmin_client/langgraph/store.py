@@ -7,8 +7,10 @@ items, and a search never crosses users); it must be a valid user id (1-128 char
 content is the value as JSON (what lexical and vector search read), its metadata holds the
 whole namespace (``lg.namespace``), one key per label after the first (``lg.ns.1``, ...,
 for prefix filters the server applies), the depth (``lg.depth``), the key (``lg.key``) and
-the put's ``index`` (``lg.index``). A put of a namespace and key adds the new memory, then
-deletes the one it replaces; a put of ``None`` deletes it.
+the put's ``index`` (``lg.index``). A put is one call: the memory's idempotency key is the
+namespace and key, hashed, and the server replaces the memory holding it in place, in one
+statement (``replace``), so concurrent puts of one item leave one memory. A put of ``None``
+deletes every memory of the namespace and key (a list, then a delete each).
 
 **Reads.** ``get`` is the newest memory of the namespace and key. ``search`` without a
 query lists the prefix's memories newest first; with a query it is ctxadmin's hybrid search
@@ -18,23 +20,36 @@ The value ``filter`` keeps LangGraph's semantics and is applied by this adapter:
 ``$lt``/``$lte``, which compare numbers as numbers and strings as strings (see
 ``_filters``). ``list_namespaces`` needs a prefix condition whose first label names the
 user. As in LangGraph's in-memory store, a batch's reads see the store as it was before the
-batch's puts, and the last put of a namespace and key wins.
+batch's puts, and the last put of a namespace and key wins. Other memories carrying an
+item's namespace and key (added directly, or by earlier versions of this adapter, which
+added a memory per put) read as one item, the newest, until a put of ``None`` deletes them.
 
 **Limits.** Memory's: a value's JSON at most ``CTXADMIN_MEMORY_MAX_CONTENT_BYTES`` (32 KiB by
 default); a value that looks like it carries a credential is refused (422
 ``sensitive_memory_content``); a namespace's labels and key within
-``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Items have no TTL (``supports_ttl`` is False: a
-``ttl`` is refused by LangGraph before it reaches the store); the app's memory policy
-(``default_ttl_seconds``) expires them. ``batch`` speaks through a ``Client``,
-``abatch`` through an ``AsyncClient``: each operation is written once, as the requests it
-makes, and each of the two runs them.
+``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Under a legal hold, or within the app's retention
+period, a put that would replace an item is refused (409 ``legal_hold``,
+``memory_retained``), as erasing it would be.
+
+**TTL.** ``supports_ttl`` is True: a put's ``ttl`` (minutes, or the store's ``TTLConfig``
+``default_ttl``) becomes the memory's ``ttl_seconds`` (rounded up to whole seconds, at least
+1), which the app's memory policy bounds (at most its ``default_ttl_seconds``, at least its
+``retention_days``; else 400 ``validation_error``); the metadata marks it (``lg.ttl``). A
+``get`` or ``search`` with ``refresh_ttl`` (default: the ``TTLConfig``'s
+``refresh_on_read``, else True) touches the items it returns that have a TTL, in one more
+call (none when none has). An expired item is gone for every read at once; the server's
+purge deletes it later. Without a ``ttl`` the app's policy (``default_ttl_seconds``) applies.
+
+``batch`` speaks through a ``Client``, ``abatch`` through an ``AsyncClient``: each operation
+is written once, as the requests it makes, and each of the two runs them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import uuid
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+import math
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -49,6 +64,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
 )
 
 from ctxadmin_client import AsyncClient, Client, NotFoundError
@@ -59,6 +75,7 @@ NAMESPACE = "lg.namespace"
 KEY = "lg.key"
 DEPTH = "lg.depth"
 INDEX = "lg.index"
+TTL = "lg.ttl"
 #: Memories read per page while listing.
 PAGE_SIZE = 200
 #: Hits asked of a semantic search (the API's maximum).
@@ -67,6 +84,12 @@ SEARCH_LIMIT = 100
 
 def _label_key(position: int) -> str:
     return f"lg.ns.{position}"
+
+
+def _item_key(namespace: tuple[str, ...], key: str) -> str:
+    """The idempotency key of an item's memory: its namespace and key, hashed."""
+    named = json.dumps([list(namespace), key], ensure_ascii=False, separators=(",", ":"))
+    return "langgraph:" + hashlib.sha256(named.encode("utf-8")).hexdigest()
 
 
 def _user(namespace: tuple[str, ...], what: str) -> str:
@@ -104,16 +127,6 @@ def _item(entry: Mapping[str, Any], score: float | None = None, *, scored: bool 
     return Item(**fields)
 
 
-def _unique(items: Iterable[SearchItem]) -> Iterator[SearchItem]:
-    """Each namespace and key once, at its first (newest, or best) place: two puts of one key
-    that raced leave two memories until the next put of it, and a read shows one."""
-    seen: set[tuple[tuple[str, ...], str]] = set()
-    for item in items:
-        if (item.namespace, item.key) not in seen:
-            seen.add((item.namespace, item.key))
-            yield item
-
-
 @dataclass(frozen=True)
 class _Scan:
     """Read the user's memories under ``filter``, newest first, page by page, until
@@ -141,6 +154,11 @@ Plan = Generator["_Scan | _Call", Any, Any]
 def _check(op: Op) -> None:
     if isinstance(op, GetOp | PutOp):
         _user(op.namespace, "an item")
+        ttl = getattr(op, "ttl", None)
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf
+        ):
+            raise ValueError("a ttl is a positive number of minutes")
     elif isinstance(op, SearchOp):
         _user(op.namespace_prefix, "a search")
         _filters.check(op.filter)
@@ -157,9 +175,11 @@ class CtxAdminStore(BaseStore):
     """LangGraph's long-term memory store kept in ctxadmin app ``app`` (an API key with the
     ``memory`` scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/
     ``CTXADMIN_API_KEY``) make the clients, or pass ready ones as ``client`` (sync) and
-    ``async_client``. ``search_mode``: ``hybrid`` (default), ``lexical`` or ``vector``."""
+    ``async_client``. ``search_mode``: ``hybrid`` (default), ``lexical`` or ``vector``.
+    ``ttl``: LangGraph's ``TTLConfig`` (``default_ttl`` in minutes, ``refresh_on_read``; the
+    server purges expired items, so ``sweep_interval_minutes`` is not used)."""
 
-    supports_ttl = False
+    supports_ttl = True
 
     def __init__(
         self,
@@ -170,6 +190,7 @@ class CtxAdminStore(BaseStore):
         client: Client | None = None,
         async_client: AsyncClient | None = None,
         search_mode: str | None = None,
+        ttl: TTLConfig | None = None,
         **client_options: Any,
     ) -> None:
         self._connection = Connection(
@@ -182,6 +203,7 @@ class CtxAdminStore(BaseStore):
         )
         self.app = app
         self.search_mode = search_mode
+        self.ttl_config = ttl
 
     def close(self) -> None:
         self._connection.close()
@@ -301,33 +323,42 @@ class CtxAdminStore(BaseStore):
 
     def _get(self, op: GetOp) -> Plan:
         entries = yield from self._current(op.namespace, op.key)
-        return _item(entries[0]) if entries else None
+        if not entries:
+            return None
+        if op.refresh_ttl:
+            yield from self._touch(op.namespace[0], entries[:1])
+        return _item(entries[0])
+
+    def _touch(self, user: str, entries: Iterable[Mapping[str, Any]]) -> Plan:
+        """Refresh the TTL of the items read that have one (marked ``lg.ttl``)."""
+        ids = [entry["id"] for entry in entries if TTL in entry["metadata"]]
+        if ids:
+            yield _Call("touch_memories", (self.app, user, ids), {})
 
     def _put(self, op: PutOp) -> Plan:
         user = _user(op.namespace, "an item")
-        replaced = [entry["id"] for entry in (yield from self._current(op.namespace, op.key))]
-        kept = None
-        if op.value is not None:
-            metadata: dict[str, Any] = {
-                NAMESPACE: list(op.namespace),
-                DEPTH: len(op.namespace),
-                KEY: op.key,
-            }
-            for position, label in enumerate(op.namespace[1:], start=1):
-                metadata[_label_key(position)] = label
-            if op.index is not None:
-                metadata[INDEX] = op.index if op.index is False else list(op.index)
-            content = json.dumps(op.value, ensure_ascii=False, separators=(",", ":"))
-            added = yield _Call(
-                "add_memory",
-                (self.app, user, content),
-                # A retry of this add is the same memory, never a second one.
-                {"metadata": metadata, "idempotency_key": f"langgraph:{uuid.uuid4().hex}"},
-            )
-            kept = added["id"]
-        for memory_id in replaced:
-            if memory_id != kept:
-                yield _Call("delete_memory", (self.app, user, memory_id), {}, missing_ok=True)
+        if op.value is None:  # a delete: every memory of the namespace and key
+            for entry in (yield from self._current(op.namespace, op.key)):
+                yield _Call("delete_memory", (self.app, user, entry["id"]), {}, missing_ok=True)
+            return
+        metadata: dict[str, Any] = {NAMESPACE: list(op.namespace), DEPTH: len(op.namespace)}
+        metadata[KEY] = op.key
+        for position, label in enumerate(op.namespace[1:], start=1):
+            metadata[_label_key(position)] = label
+        if op.index is not None:
+            metadata[INDEX] = op.index if op.index is False else list(op.index)
+        options: dict[str, Any] = {
+            "metadata": metadata,
+            # One memory per namespace and key, replaced in place by the server in one
+            # statement: concurrent puts leave one, and a retry is the same write again.
+            "idempotency_key": _item_key(op.namespace, op.key),
+            "replace": True,
+        }
+        if op.ttl is not None:
+            metadata[TTL] = op.ttl
+            options["ttl_seconds"] = max(1, math.ceil(op.ttl * 60))
+        content = json.dumps(op.value, ensure_ascii=False, separators=(",", ":"))
+        yield _Call("add_memory", (self.app, user, content), options)
 
     def _search(self, op: SearchOp) -> Plan:
         user = _user(op.namespace_prefix, "a search")
@@ -346,9 +377,19 @@ class CtxAdminStore(BaseStore):
                     "filter": scope,
                 },
             )
-            items = _unique(_item(hit, hit.get("score"), scored=True) for hit in answer["hits"])
-            found = [item for item in items if _filters.item_matches(item.value, op.filter)]
-            return found[op.offset : wanted]
+            seen: set[tuple[tuple[str, ...], str]] = set()
+            hits = []
+            for hit in answer["hits"]:
+                item = _item(hit, hit.get("score"), scored=True)
+                if (item.namespace, item.key) in seen:
+                    continue  # each namespace and key once, at its best place
+                seen.add((item.namespace, item.key))
+                if _filters.item_matches(item.value, op.filter):
+                    hits.append((hit, item))
+            page = hits[op.offset : wanted]
+            if op.refresh_ttl:
+                yield from self._touch(user, (hit for hit, _item_ in page))
+            return [item for _hit, item in page]
         seen: set[tuple[tuple[str, ...], str]] = set()
 
         def keep(entry: dict[str, Any]) -> bool:
@@ -360,8 +401,10 @@ class CtxAdminStore(BaseStore):
             seen.add(key)
             return _filters.item_matches(json.loads(entry["content"]), op.filter)
 
-        entries = yield _Scan(user, scope, keep, wanted)
-        return [_item(entry, scored=True) for entry in entries][op.offset : wanted]
+        entries = (yield _Scan(user, scope, keep, wanted))[op.offset : wanted]
+        if op.refresh_ttl:
+            yield from self._touch(user, entries)
+        return [_item(entry, scored=True) for entry in entries]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> Plan:
         prefix = next(tuple(c.path) for c in op.match_conditions if c.match_type == "prefix")
