@@ -122,9 +122,7 @@ def _warn_redis_down() -> None:
 def _count_in_database(app_id: int) -> None:
     try:
         with connection.cursor() as cursor:
-            cursor.execute(
-                _UPSERT.format(rows="(%s, date_trunc('hour', now()), 1)"), [app_id]
-            )
+            cursor.execute(_UPSERT.format(rows="(%s, date_trunc('hour', now()), 1)"), [app_id])
     except DatabaseError:
         logger.warning("mcp call not counted", extra={"app_id": app_id})
 

@@ -47,6 +47,7 @@ _VALIDATORS = {tool.name: Draft202012Validator(tool.input_schema) for tool in mc
 _CONTEXT_URI = re.compile(r"^ctxadmin://users/([^/]+)/sessions/([^/]+)/context\Z")
 _MEMORY_URI = re.compile(r"^ctxadmin://users/([^/]+)/memories\Z")
 
+
 def _caller() -> Caller:
     request = server.request_context.request
     return request.scope["wsgi_environ"][ENVIRON_KEY]
