@@ -29,7 +29,14 @@ def _retrieval(filter_schema: dict, **first: dict) -> dict:
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT},
         "filter": filter_schema,
         "max_hit_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_MEMORY_HIT_BYTES},
-        "max_total_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_MEMORY_TOTAL_BYTES},
+        "max_total_bytes": {
+            "type": "integer",
+            "nullable": True,
+            "minimum": 1,
+            "maximum": MAX_MEMORY_TOTAL_BYTES,
+            "description": "A byte cap for the memory slot, each hit its own item. Absent or "
+            "null: the hits are packed, as one item, into what the request budget leaves.",
+        },
         "on_error": {"enum": list(MEMORY_ON_ERROR)},
     }
 

@@ -1531,7 +1531,8 @@ export interface components {
                     [key: string]: unknown;
                 } | null;
                 max_hit_bytes?: number;
-                max_total_bytes?: number;
+                /** @description A byte cap for the memory slot, each hit its own item. Absent or null: the hits are packed, as one item, into what the request budget leaves. */
+                max_total_bytes?: number | null;
                 /** @enum {unknown} */
                 on_error?: "error" | "omit";
             } | null;
@@ -1721,7 +1722,8 @@ export interface components {
                     [key: string]: unknown;
                 };
                 max_hit_bytes?: number;
-                max_total_bytes?: number;
+                /** @description A byte cap for the memory slot, each hit its own item. Absent or null: the hits are packed, as one item, into what the request budget leaves. */
+                max_total_bytes?: number | null;
                 /** @enum {unknown} */
                 on_error?: "error" | "omit";
             };
