@@ -113,11 +113,14 @@ def _ingest(api, user: str, sid: str, timeout: float = 900.0) -> None:
             time.sleep(0.2)
 
 
-def replay(api, sample: dict) -> dict[str, str]:
-    """The conversation's sessions, replayed; their URLs by kind."""
+def replay(api, sample: dict, columns=COLUMNS) -> dict[str, str]:
+    """The conversation's sessions the columns read, replayed; their URLs by kind."""
     user = f"evidence-{sample['sample_id']}"
     urls = {}
+    kinds = {kind for _n, kind, _m in columns} | {"raw"}
     for kind, policy in (("compacted", locomo.COMPACTED), ("raw", None), ("window", locomo.WINDOW)):
+        if kind not in kinds:
+            continue
         api.create_session(user, kind)
         urls[kind] = f"{api.sessions(user)}/{kind}"
         if policy is not None:
@@ -128,8 +131,10 @@ def replay(api, sample: dict) -> dict[str, str]:
         for url in urls.values():
             api.post(f"{url}/events", {"events": events})
         for kind in ("compacted", "window"):
-            locomo._wait_idle(api, urls[kind])
-    _ingest(api, user, "raw")
+            if kind in urls:
+                locomo._wait_idle(api, urls[kind])
+    if any(memory is not None for _n, _k, memory in columns):
+        _ingest(api, user, "raw")
     return urls
 
 
@@ -149,22 +154,22 @@ def _pct(samples: list[float], q: int) -> float:
     return round(statistics.quantiles(samples, n=100, method="inclusive")[q - 1], 2)
 
 
-def measure(api) -> dict:
+def measure(api, columns=COLUMNS) -> dict:
     samples = json.loads(locomo.DATA.read_text())
     cells: dict[tuple[str, int], dict[str, list]] = {
         (name, budget): {"coverage": [], "tokens": [], "build_ms": []}
-        for name, _s, _m in COLUMNS
+        for name, _s, _m in columns
         for budget in BUDGETS
     }
     load = []
     full_tokens = []
     questions = 0
     for sample in samples:
-        urls = replay(api, sample)
+        urls = replay(api, sample, columns)
         load.append(os.getloadavg()[0])
         for question, texts in _questions(sample):
             questions += 1
-            for name, kind, memory in COLUMNS:
+            for name, kind, memory in columns:
                 for budget in BUDGETS:
                     answer = api.post(f"{urls[kind]}/context", _body(question, budget, memory))
                     blob = envelope_text(answer["envelope"])
@@ -351,12 +356,24 @@ full builder's coverage comes from memory, so it is about the same over the raw 
 {local_section(local)}"""
 
 
-def _measured(command: str, extra_env: dict[str, str] | None) -> dict:
+def _measured(command: str, extra_env: dict[str, str] | None, columns=COLUMNS) -> dict:
     service = bench_service(stack.var_dir() / "bench-evidence", extra_env)
     try:
-        return measure(bench_client(service, "evidence", "sessions", "memory"))
+        return measure(bench_client(service, "evidence", "sessions", "memory"), columns)
     finally:
         stop_service(service)
+
+
+def run_columns(names: list[str]) -> dict:
+    """Some of the columns, with the default embedder alone, printed (for comparing one
+    change quickly; ``BENCHMARKS.md`` is left as it is)."""
+    known = {name for name, _s, _m in COLUMNS}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise SystemExit(f"unknown columns {unknown}; known: {sorted(known)}")
+    results = _measured("", None, [c for c in COLUMNS if c[0] in names])
+    print(json.dumps(results, indent=2), flush=True)
+    return results
 
 
 def run_section(command: str) -> dict:
