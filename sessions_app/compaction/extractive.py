@@ -79,7 +79,7 @@ def _carried(entry: dict, field: str = "text") -> dict:
 
 def _from_events(events: list[SourceEvent]) -> dict:
     requests: list[dict] = []
-    statements: list[dict] = []
+    statements: list[tuple[dict, bool]] = []  # (entry, its whole excerpt is in the answer)
     completed: list[dict] = []
     errors: list[dict] = []
     calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, event id)
@@ -100,14 +100,16 @@ def _from_events(events: list[SourceEvent]) -> dict:
             (errors if failed else completed).append(entry)
         if event.is_final_model:
             said = _said(event)
-            if said is not None:
-                statements.append(said)
             answer = _clean(_excerpt(_clean(event.text), LATEST_CHARS))
             latest = _entry(f"Latest answer: {answer}", event.event_id)
-    if latest and statements and statements[-1]["source_event_ids"] == latest["source_event_ids"]:
-        quoted = statements[-1]["text"].split(": ", 1)[1][1:-1]
-        if quoted in latest["text"]:
-            statements.pop()  # the latest answer already holds all of it
+            if said is not None:
+                statements.append((said, statement(event.text) in answer))
+    # The latest answer stands for its own statement when it holds all of it.
+    statements = [
+        said
+        for said, whole in statements
+        if not (whole and latest and said["source_event_ids"] == latest["source_event_ids"])
+    ]
     return {
         "requests": requests,
         "statements": statements,
