@@ -16,7 +16,7 @@ no peer). Then the evidence a built context holds at fixed budgets
 the load and fault runs (``bench/load_bench``) against a service of their own.
 
     .venv/bin/python -m bench [--skip-peer] [--events 2000] [--big-events 10000]
-                              [--sessions 100000] [--only evidence]
+                              [--sessions 100000] [--only evidence [--columns C,...]]
 """
 
 from __future__ import annotations
@@ -62,10 +62,18 @@ def main() -> None:
         choices=["evidence"],
         help="run one section alone (its own service) and rewrite it in BENCHMARKS.md",
     )
+    parser.add_argument(
+        "--columns",
+        help="with --only evidence: a comma-separated subset of its columns, the default "
+        "embedder alone; printed, not written to BENCHMARKS.md",
+    )
     args = parser.parse_args()
     args.raw = sys.argv[1:]
     if args.only == "evidence":
-        evidence_bench.run_section("python -m bench --only evidence")
+        if args.columns:
+            evidence_bench.run_columns(args.columns.split(","))
+        else:
+            evidence_bench.run_section("python -m bench --only evidence")
         return
 
     # The service reaches its Gemini cache provider here: it must answer before it starts.

@@ -3,8 +3,12 @@ deterministic).
 
 It keeps what a model cannot recover once the events are gone: the user's requests as
 exact excerpts (a request that looks like it carries a credential becomes an omission
-record), the tools used with their outcomes, the errors, and the latest state of the work —
-merged with the lineage it absorbs, newest kept first when the byte target is tight.
+record), the other side's statements of fact (names, numbers, dates, places, preferences,
+decisions) as exact excerpts in ``critical_context``, the tools used with their outcomes,
+the errors, and the latest state of the work — merged with the lineage it absorbs. When the
+byte target is tight, the excerpts and outcomes are kept by their facts per byte
+(``sessions_app.compaction.facts``), the newest first among equals, and listed in the order
+they were said.
 
 Every other text is the service's own wording around quoted model and tool text, so a
 credential in it is redacted rather than the entry dropped: tool outcomes are rendered with
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 from ctxadmin.canonical import canonical_json, canonical_size
 from ctxadmin.pruning import REDACTED, looks_like_secret, prune_secrets, redact_secret_text
+from sessions_app.compaction.facts import fact_count, statement, worth
 from sessions_app.compaction.model import SourceEvent, SummaryReply, SummaryRequest
 from sessions_app.compaction.summary import (
     ITEM_LISTS,
@@ -27,9 +32,15 @@ from sessions_app.compaction.summary import (
     VERSION,
 )
 
-EXCERPT_CHARS = 160
 OUTCOME_CHARS = 160
 LATEST_CHARS = 240
+AUTHOR_CHARS = 64
+# The lists whose entries are kept by their worth when the target is tight (and how many).
+KEPT_BY_WORTH = (
+    (("user_requests",), MAX_USER_REQUESTS),
+    (("critical_context",), MAX_ITEMS),
+    (("progress", "completed"), MAX_ITEMS),
+)
 
 
 def _excerpt(text: str, limit: int) -> str:
@@ -68,6 +79,7 @@ def _carried(entry: dict, field: str = "text") -> dict:
 
 def _from_events(events: list[SourceEvent]) -> dict:
     requests: list[dict] = []
+    statements: list[tuple[dict, bool]] = []  # (entry, its whole excerpt is in the answer)
     completed: list[dict] = []
     errors: list[dict] = []
     calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, event id)
@@ -75,7 +87,7 @@ def _from_events(events: list[SourceEvent]) -> dict:
     for event in events:
         if event.is_user:
             if event.text.strip():
-                excerpt = _excerpt(event.text, EXCERPT_CHARS)
+                excerpt = statement(event.text)
                 requests.append(_request(event.event_id, excerpt, event.text))
             continue
         for call in event.calls:
@@ -87,9 +99,34 @@ def _from_events(events: list[SourceEvent]) -> dict:
             entry = _entry(f"{name}: {_brief(body)}", call_event, event.event_id)
             (errors if failed else completed).append(entry)
         if event.is_final_model:
+            said = _said(event)
             answer = _clean(_excerpt(_clean(event.text), LATEST_CHARS))
             latest = _entry(f"Latest answer: {answer}", event.event_id)
-    return {"requests": requests, "completed": completed, "errors": errors, "latest": latest}
+            if said is not None:
+                statements.append((said, statement(event.text) in answer))
+    # The latest answer stands for its own statement when it holds all of it.
+    statements = [
+        said
+        for said, whole in statements
+        if not (whole and latest and said["source_event_ids"] == latest["source_event_ids"])
+    ]
+    return {
+        "requests": requests,
+        "statements": statements,
+        "completed": completed,
+        "errors": errors,
+        "latest": latest,
+    }
+
+
+def _said(event: SourceEvent) -> dict | None:
+    """A statement of fact by the other side, its exact excerpt quoted after the author;
+    none when it states no fact or holds a credential."""
+    excerpt = statement(event.text)
+    if not fact_count(excerpt) or looks_like_secret(excerpt):
+        return None
+    author = _clean(event.author.strip()[:AUTHOR_CHARS]) or "model"
+    return _entry(f'{author}: "{excerpt}"', event.event_id)
 
 
 def _request(event_id: str, excerpt: str, text: str) -> dict:
@@ -123,9 +160,10 @@ def summarize(request: SummaryRequest) -> SummaryReply:
         for r in s["user_requests"]
     ]
     requests = carried + found["requests"]
-    requests = _dedupe(requests, _request_key)[-MAX_USER_REQUESTS:]
+    requests = _dedupe(requests, _request_key)
     lists = {name: [_carried(e) for s in lineage for e in s[name]] for name in ITEM_LISTS}
     lists["errors"] += found["errors"]
+    lists["critical_context"] += found["statements"]
     progress = {
         name: [_carried(e) for s in lineage for e in s["progress"][name]] for name in PROGRESS_KEYS
     }
@@ -143,19 +181,54 @@ def summarize(request: SummaryRequest) -> SummaryReply:
         "language": next((s["language"] for s in lineage), "und"),
         "objective": objective,
         "user_requests": requests,
-        **{
-            name: _dedupe(entries, lambda e: e["text"])[-MAX_ITEMS:]
-            for name, entries in lists.items()
-        },
-        "progress": {
-            name: _dedupe(entries, lambda e: e["text"])[-MAX_ITEMS:]
-            for name, entries in progress.items()
-        },
+        **{name: _newest(entries, name) for name, entries in lists.items()},
+        "progress": {name: _newest(entries, name) for name, entries in progress.items()},
         "artifact_refs": _dedupe(refs, lambda e: e["ref"])[-MAX_ITEMS:],
         "tools": sorted(request.source.tool_names),
         "coverage": {"first_seq": request.first_seq, "last_seq": request.last_seq},
     }
-    return SummaryReply(_fit(summary, request.target_bytes), {})
+    # Quoting whole statements must still reclaim: they take at most a third of what the
+    # range holds.
+    source = sum(e.context_bytes for e in request.events) + sum(map(canonical_size, lineage))
+    kept = _keep_worth(summary, request.target_bytes, source // 3)
+    return SummaryReply(_fit(kept, request.target_bytes), {})
+
+
+def _newest(entries: list[dict], name: str) -> list[dict]:
+    """One entry per text; the newest ``MAX_ITEMS`` unless the list is kept by worth."""
+    entries = _dedupe(entries, lambda e: e["text"])
+    return entries if name in {p[-1] for p, _cap in KEPT_BY_WORTH} else entries[-MAX_ITEMS:]
+
+
+def _worth(entry: dict) -> float:
+    if "omitted" in entry:
+        return 1.0  # small, and says a request was made
+    return worth(entry.get("excerpt", entry.get("text", "")))
+
+
+def _keep_worth(summary: dict, limit: int, share: int) -> dict:
+    """The requests, statements and outcomes that fit ``limit`` beside the rest of the
+    summary (and ``share`` bytes), most facts per byte first (the newer first among equals),
+    in their order."""
+    candidates = []
+    for path, cap in KEPT_BY_WORTH:
+        holder = summary["progress"] if path[0] == "progress" else summary
+        entries = holder[path[-1]]
+        holder[path[-1]] = []
+        candidates += [(path, cap, index, entry) for index, entry in enumerate(entries)]
+    room = min(share, limit - canonical_size(summary))
+    kept: dict[tuple, list[tuple[int, dict]]] = {path: [] for path, _cap in KEPT_BY_WORTH}
+    for path, cap, index, entry in sorted(
+        candidates, key=lambda c: (_worth(c[3]), c[2]), reverse=True
+    ):
+        cost = canonical_size(entry) + 1
+        if cost <= room and len(kept[path]) < cap:
+            kept[path].append((index, entry))
+            room -= cost
+    for path, entries in kept.items():
+        holder = summary["progress"] if path[0] == "progress" else summary
+        holder[path[-1]] = [entry for _index, entry in sorted(entries, key=lambda e: e[0])]
+    return summary
 
 
 def _fit(summary: dict, limit: int) -> dict:
