@@ -7,6 +7,7 @@ arguments."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import logging
 import re
@@ -162,7 +163,13 @@ def read_resource_sync(caller: Caller, uri: str) -> str:
         close_old_connections()
 
 
-server: Server[Any, Any] = Server("ctxadmin", instructions="ctxadmin memory and context tools.")
+# The version is named here: unnamed, the SDK reads the mcp package's metadata from disk
+# on every stateless request.
+server: Server[Any, Any] = Server(
+    "ctxadmin",
+    version=importlib.metadata.version("ctxadmin"),
+    instructions="ctxadmin memory and context tools.",
+)
 
 
 async def _in_thread(function, *args):
