@@ -57,22 +57,36 @@ _UPSERT = (
     "EXCLUDED.calls"
 )
 
-_client: redis.Redis | None = None
-_scripts: dict[str, object] = {}
-_client_lock = threading.Lock()
+
+class _Connection:
+    """The Redis client of this process and the scripts registered on it, made together on
+    first use (after any fork) and forgotten together by ``reset``."""
+
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self.admit = self.client.register_script(_ADMIT)
+        self.take = self.client.register_script(_TAKE)
+
+
+_connection: _Connection | None = None
+_connection_lock = threading.Lock()
 _sequence = iter(range(1, 1 << 62))
 
 
-def _redis() -> redis.Redis:
-    global _client
-    with _client_lock:
-        if _client is None:
-            _client = redis.Redis.from_url(
-                settings.REDIS_URL, socket_timeout=0.5, socket_connect_timeout=0.5
-            )
-            _scripts["admit"] = _client.register_script(_ADMIT)
-            _scripts["take"] = _client.register_script(_TAKE)
-        return _client
+def _redis() -> _Connection:
+    global _connection
+    with _connection_lock:
+        if _connection is None:
+            _connection = _Connection(settings.REDIS_URL)
+        return _connection
+
+
+def reset() -> None:
+    """Forget this process's connection and its fallback limits (a changed ``REDIS_URL``)."""
+    global _connection, _local
+    with _connection_lock:
+        _connection = None
+        _local = LocalLimiter()
 
 
 def _key(*parts: str) -> str:
@@ -131,8 +145,7 @@ def admit(app_id: int, credential_prefix: str, limit: int) -> float | None:
     """Count one call of ``app_id`` and apply the credential's limit: None when the call may
     go on, else the seconds until it may."""
     try:
-        _redis()
-        wait = _scripts["admit"](
+        wait = _redis().admit(
             keys=[_key("rate", credential_prefix), counts_key()],
             args=[WINDOW_SECONDS, limit, app_id, next(_sequence)],
         )
@@ -155,7 +168,7 @@ def pending() -> dict[tuple[int, int], int]:
     """Counts not yet moved to PostgreSQL, by (app id, hour as a Unix time); empty when
     Redis does not answer."""
     try:
-        mapping = _redis().hgetall(counts_key())
+        mapping = _redis().client.hgetall(counts_key())
     except redis.RedisError:
         return {}
     return _parse([item for pair in mapping.items() for item in pair])
@@ -165,8 +178,7 @@ def flush() -> int:
     """Move the pending counts into ``McpCallCount``; the number of calls moved. Counts
     that cannot be written go back to Redis for the next flush."""
     try:
-        _redis()
-        taken = _parse(_scripts["take"](keys=[counts_key()]))
+        taken = _parse(_redis().take(keys=[counts_key()]))
     except redis.RedisError:
         _warn_redis_down()
         return 0
@@ -180,7 +192,7 @@ def flush() -> int:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_UPSERT.format(rows=", ".join(rows)), params)
     except DatabaseError:
-        client = _redis()
+        client = _redis().client
         for (app_id, hour), calls in taken.items():
             client.hincrby(counts_key(), f"{app_id}:{hour}", calls)
         raise

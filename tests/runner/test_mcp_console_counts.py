@@ -21,9 +21,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def _no_pending_counts():
-    mcp_calls._redis().delete(mcp_calls.counts_key())
+    mcp_calls._redis().client.delete(mcp_calls.counts_key())
     yield
-    mcp_calls._redis().delete(mcp_calls.counts_key())
+    mcp_calls._redis().client.delete(mcp_calls.counts_key())
 
 
 def _call(name: str, arguments: dict) -> dict:

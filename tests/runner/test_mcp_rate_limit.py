@@ -30,7 +30,7 @@ def _search(key: str) -> dict:
 @pytest.fixture
 def low_limit(settings):
     settings.CTXADMIN_MCP_CALLS_PER_MINUTE = 3
-    client = mcp_calls._redis()
+    client = mcp_calls._redis().client
     for key in client.scan_iter(mcp_calls._key("rate", "*")):
         client.delete(key)
     return settings
@@ -56,16 +56,14 @@ def test_the_limit_is_shared_by_every_process(low_limit):
     for _ in range(3):
         assert _search(owner.key)["isError"] is False
     # A second web process starts with nothing of its own: what it holds is in Redis.
-    mcp_calls._local = mcp_calls.LocalLimiter()
-    mcp_calls._client = None
+    mcp_calls.reset()
     assert _search(owner.key)["structuredContent"]["error"]["code"] == "rate_limited"
 
 
-def test_without_redis_each_process_limits_alone(low_limit, monkeypatch):
+def test_without_redis_each_process_limits_alone(low_limit):
     owner = make_tenant("acme")
     low_limit.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
-    monkeypatch.setattr(mcp_calls, "_client", None)
-    monkeypatch.setattr(mcp_calls, "_local", mcp_calls.LocalLimiter())
+    mcp_calls.reset()
     try:
         for _ in range(3):
             assert _search(owner.key)["isError"] is False
@@ -75,4 +73,4 @@ def test_without_redis_each_process_limits_alone(low_limit, monkeypatch):
 
         assert McpCallCount.objects.get(app=owner.app).calls == 4
     finally:
-        mcp_calls._client = None
+        mcp_calls.reset()  # the next call connects to the restored REDIS_URL
