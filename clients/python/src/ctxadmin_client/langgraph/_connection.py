@@ -4,7 +4,7 @@ base URL and an API key (owned, and closed, by the adapter), or passed in ready.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from ctxadmin_client import AsyncClient, Client
 
@@ -56,3 +56,28 @@ class Connection:
         if self._owns_async and self._async_client is not None:
             await self._async_client.aclose()
             self._async_client = None
+
+
+class Holding:
+    """Closing an adapter closes the clients it made (``_connection``), with or without
+    ``with``/``async with``."""
+
+    _connection: Connection
+
+    def close(self) -> None:
+        self._connection.close()
+
+    async def aclose(self) -> None:
+        await self._connection.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -34,7 +34,7 @@ from langgraph.checkpoint.base import (
 )
 
 from ctxadmin_client import AsyncClient, Client, NotFoundError
-from ctxadmin_client.langgraph._connection import Connection
+from ctxadmin_client.langgraph._connection import Connection, Holding
 
 #: Checkpoints asked for per page of a list.
 PAGE_SIZE = 50
@@ -65,7 +65,7 @@ def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableC
     }
 
 
-class CtxAdminSaver(BaseCheckpointSaver[str]):
+class CtxAdminSaver(Holding, BaseCheckpointSaver[str]):
     """LangGraph checkpoints kept in ctxadmin app ``app`` (an API key with the ``sessions``
     scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/``CTXADMIN_API_KEY``) make
     the clients, or pass ready ones as ``client`` (sync) and ``async_client``."""
@@ -91,25 +91,6 @@ class CtxAdminSaver(BaseCheckpointSaver[str]):
             **client_options,
         )
         self.app = app
-
-    # ------------------------------------------------------------------ lifecycle
-    def close(self) -> None:
-        self._connection.close()
-
-    async def aclose(self) -> None:
-        await self._connection.aclose()
-
-    def __enter__(self) -> CtxAdminSaver:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> CtxAdminSaver:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # ------------------------------------------------------------------ the wire
     def _put_request(

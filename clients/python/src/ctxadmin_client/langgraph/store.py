@@ -69,7 +69,7 @@ from langgraph.store.base import (
 
 from ctxadmin_client import AsyncClient, Client, NotFoundError
 from ctxadmin_client.langgraph import _filters
-from ctxadmin_client.langgraph._connection import Connection
+from ctxadmin_client.langgraph._connection import Connection, Holding
 
 NAMESPACE = "lg.namespace"
 KEY = "lg.key"
@@ -171,7 +171,7 @@ def _check(op: Op) -> None:
         _user(tuple(prefixes[0]), "list_namespaces")
 
 
-class CtxAdminStore(BaseStore):
+class CtxAdminStore(Holding, BaseStore):
     """LangGraph's long-term memory store kept in ctxadmin app ``app`` (an API key with the
     ``memory`` scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/
     ``CTXADMIN_API_KEY``) make the clients, or pass ready ones as ``client`` (sync) and
@@ -204,24 +204,6 @@ class CtxAdminStore(BaseStore):
         self.app = app
         self.search_mode = search_mode
         self.ttl_config = ttl
-
-    def close(self) -> None:
-        self._connection.close()
-
-    async def aclose(self) -> None:
-        await self._connection.aclose()
-
-    def __enter__(self) -> CtxAdminStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> CtxAdminStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # ------------------------------------------------------------------ batches
     def _plans(self, ops: Iterable[Op]) -> tuple[list[Plan | None], list[Plan]]:
