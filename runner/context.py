@@ -3,6 +3,8 @@ select, read only the selected content, prune, assemble, fingerprint, account.""
 
 from __future__ import annotations
 
+import html
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from runner.inputs import ContextRequest, MemoryRetrieval
 from sessions_app import history, telemetry
 from sessions_app.compaction import requests
 from sessions_app.context import envelope as env
+from sessions_app.context import recall
 from sessions_app.context.policy import ContextPolicy
 from sessions_app.context.select import EventMeta, Overflow, select_history
 from sessions_app.events import (
@@ -158,9 +161,19 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
         selection, items, parts["memory"], sizes["memory"] = _pack(
             session, history_view, policy, room, hits, selection, items, retrieval
         )
+    history_bytes = selection.history_bytes
+    used = history_bytes + env.FRAMING_PER_ITEM_BYTES * len(items)
+    left = room - used - (sizes["memory"] if packing else 0)
+    history_limit = policy.history_byte_limit()
+    if history_limit is not None:
+        left = min(left, history_limit - history_bytes + env.FRAMING_PER_ITEM_BYTES)
+    items, recalled_bytes, recalled = _recall(
+        session, request, history_view, selection.indices, items, parts["memory"], left
+    )
+    history_bytes += recalled_bytes
     envelope_json = env.assemble(parts, items)
     fingerprint = env.envelope_fingerprint(envelope_json)
-    accounting = env.accounting(sizes, selection.history_bytes, len(items), policy.bytes_per_token)
+    accounting = env.accounting(sizes, history_bytes, len(items), policy.bytes_per_token)
     counts = {
         "input": selection.input_events,
         "selected": len(items),
@@ -172,6 +185,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
         "hidden_by_compaction": history_view.hidden,
         "restored_calls": history_view.restored,
         "checkpoints": sum(1 for i in selection.indices if metas[i].checkpoint),
+        "recalled": recalled,
     }
     elapsed_ms = (time.perf_counter() - started) * 1000
     telemetry.record_build(
@@ -274,6 +288,52 @@ def _overflow_error(overflow: Overflow, policy: ContextPolicy, compaction_id: st
     if compaction_id is not None:
         error.details["compaction_id"] = compaction_id
     return error
+
+
+def _recall(
+    session: Session,
+    request: ContextRequest,
+    view: history.HistoryView,
+    indices: list[int],
+    items: list[str],
+    memory: list,
+    left: int,
+) -> tuple[list[str], int, int]:
+    """The selected checkpoints' hidden events (while stored: ``audit`` retention) that best
+    match the current input, as one excerpts item right after the newest selected
+    checkpoint's items, in what ``left`` allows (its framing counted). Returns the items,
+    the excerpts item's bytes and how many events it restores."""
+    covered = view.covered or {}
+    room = left - env.FRAMING_PER_ITEM_BYTES
+    selected = [view.metas[i].seq for i in indices if view.metas[i].seq in covered]
+    query = "\n".join(
+        part["text"]
+        for part in request.current_input.get("parts") or ()
+        if isinstance(part.get("text"), str)
+    )
+    if not selected or room <= 0 or not query.strip():
+        return items, 0, 0
+    ranges = [covered[seq] for seq in selected]
+    rows = history.hidden_texts(session.pk, ranges, recall.MAX_CANDIDATES)
+    ranked = recall.rank(query, [recall.Hidden(*row) for row in rows])
+    if not ranked:
+        return items, 0, 0
+    held_text = "\n".join(
+        part.get("text", "")
+        for entry in memory
+        for part in (entry.get("content") or {}).get("parts") or ()
+    )
+    item, size = recall.restore(ranked, room, ",".join(items), html.unescape(held_text))
+    if item is None:
+        return items, 0, 0
+    position = 0
+    for i in indices:
+        meta = view.metas[i]
+        position += len(view.checkpoints[meta.seq]) if meta.checkpoint else 1
+        if meta.seq == selected[-1]:
+            break
+    restored = json.loads(item)["recalled_event_ids"]
+    return [*items[:position], item, *items[position:]], size, len(restored)
 
 
 def _history(session: Session, selected: list[EventMeta], view: history.HistoryView) -> list[str]:

@@ -249,6 +249,8 @@ class HistoryView:
     checkpoints: dict[float, list[str]]  # entry seq -> its history items (canonical JSON)
     hidden: int  # events hidden by compaction
     restored: int
+    # entry seq -> the (first, last) seqs of the stored events that checkpoint hides
+    covered: dict[float, tuple[int, int]] | None = None
 
 
 def read_history(session_pk: int, policy: ContextPolicy) -> HistoryView:
@@ -283,7 +285,38 @@ def read_history(session_pk: int, policy: ContextPolicy) -> HistoryView:
         checkpoints,
         _hidden_count(session_pk, ranges) - len(restored) + adk_hidden,
         len(restored) + adk_restored,
+        {v.view.first_seq - 0.5: (v.view.first_seq, v.view.last_seq) for v in visible},
     )
+
+
+def hidden_texts(
+    session_pk: int, ranges: list[tuple[int, int]], limit: int
+) -> list[tuple[int, str, str, float, str]]:
+    """The newest ``limit`` stored text events inside ``ranges`` (those checkpoints hide;
+    none once purged): seq, event id, author, time (epoch seconds) and their text parts
+    joined by newlines, as the history items hold them (secret-pruned)."""
+    if not ranges:
+        return []
+    condition, params = uncovered_sql(ranges)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, event_id, author, date_part('epoch', timestamp), "  # noqa: S608
+            "context_json FROM sessions_app_event "
+            f"WHERE session_id = %s AND kinds & %s = 0 AND kinds & %s <> 0 AND NOT {condition} "
+            "ORDER BY seq DESC LIMIT %s",
+            [session_pk, NOT_HISTORY, TEXT, *params, limit],
+        )
+        rows = cursor.fetchall()
+    gone = rewound_seqs(session_pk)
+    found = []
+    for seq, event_id, author, when, item in rows:
+        if seq in gone:
+            continue
+        content = json.loads(item).get("content") or {}
+        parts = [p["text"] for p in content.get("parts") or () if isinstance(p.get("text"), str)]
+        if parts:
+            found.append((seq, event_id, author, float(when), "\n".join(parts)))
+    return found
 
 
 def _micros(seconds: float) -> int:

@@ -53,6 +53,7 @@ CONTEXT = {
             "dropped_by_window": 0,
             "hidden_by_compaction": 0,
             "input": 2,
+            "recalled": 0,
             "restored_calls": 0,
             "selected": 2,
             "without_content": 0,
