@@ -313,7 +313,12 @@ def hidden_texts(
         if seq in gone:
             continue
         content = json.loads(item).get("content") or {}
-        parts = [p["text"] for p in content.get("parts") or () if isinstance(p.get("text"), str)]
+        # A model's thoughts are not what it said: they are never restored as text.
+        parts = [
+            p["text"]
+            for p in content.get("parts") or ()
+            if isinstance(p.get("text"), str) and not p.get("thought")
+        ]
         if parts:
             found.append((seq, event_id, author, float(when), "\n".join(parts)))
     return found

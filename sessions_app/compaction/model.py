@@ -49,7 +49,11 @@ class SourceEvent:
 
     @property
     def text(self) -> str:
-        return "\n".join(part["text"] for part in self.parts if "text" in part)
+        """What the event said: its text parts, a model's thoughts left out (a summary never
+        quotes them as said)."""
+        return "\n".join(
+            part["text"] for part in self.parts if "text" in part and not part.get("thought")
+        )
 
     @property
     def calls(self) -> list[dict]:

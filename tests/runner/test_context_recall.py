@@ -158,3 +158,34 @@ def test_nothing_is_restored_without_a_checkpoint(api):
     body = build(api, 2048)  # truncated: older turns are out, but not hidden by a checkpoint
     assert body["accounting"]["truncated"]
     assert excerpts(body) == [] and body["accounting"]["events"]["recalled"] == 0
+
+
+def test_a_models_thoughts_are_never_restored_nor_summarised_as_said(api):
+    thinking = {
+        "author": "agent",
+        "event_id": "thinking",
+        "content": {
+            "role": "model",
+            "parts": [
+                {
+                    "text": "Private reasoning: the Lisbon tram plan is a secret tram plan.",
+                    "thought": True,
+                },
+                {"text": "Lisbon tram 28 it is."},
+            ],
+        },
+    }
+    seed(api, tail=None)
+    # One more compacted exchange whose answer carries a thought beside what was said.
+    extra = [text("user", "Lisbon tram question again", event_id="again"), thinking]
+    assert api.post(f"{SESSION}/events", {"events": extra}, format="json").status_code == 201
+    filler = [text("user", f"filler {n} " + "z" * 60, event_id=f"f{n}") for n in range(12)]
+    assert api.post(f"{SESSION}/events", {"events": filler}, format="json").status_code == 201
+    assert api.post(f"{SESSION}/compactions", {}, format="json").status_code == 201
+    body = build(api, 8192)
+    restored = {k: v for item in excerpts(body) for k, v in cited(item).items()}
+    history = json.dumps(body["envelope"]["history"])
+    # What the model said is kept (in the summary, or restored as said), its thought is not.
+    assert "Lisbon tram 28 it is." in history
+    assert restored.get("thinking", "Lisbon tram 28 it is.") == "Lisbon tram 28 it is."
+    assert "Private reasoning" not in history
