@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.alone import run_alone
-from bench.service import bench_client
+from bench.service import bench_client, fresh_async_database
 
 SECTION = "## ADK services through the client"
 PEER_DB = "adk_client_bench"
@@ -96,24 +96,6 @@ async def _workload(service, app_name: str) -> dict[str, float]:
     }
 
 
-async def _peer_database(database_url: str) -> str:
-    """ADK's SQLAlchemy URL of a fresh database ``PEER_DB`` on the server of ``database_url``."""
-    # asyncpg and sqlalchemy: the bench extra, imported only when this benchmark runs.
-    import asyncpg
-    from sqlalchemy.engine import make_url
-
-    base = make_url(database_url).set(query={})
-    admin = base.set(drivername="postgresql", database="postgres")
-    conn = await asyncpg.connect(admin.render_as_string(hide_password=False))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{PEER_DB}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{PEER_DB}"')
-    finally:
-        await conn.close()
-    adk = base.set(drivername="postgresql+asyncpg", database=PEER_DB)
-    return adk.render_as_string(hide_password=False)
-
-
 async def _overhead(base_url: str, key: str, app: str) -> dict[str, float]:
     """p50 of one GET of a session (no events) and one append, through ``AsyncClient`` and
     through bare httpx, alternating so both see the same server."""
@@ -174,7 +156,7 @@ async def _measure(base_url: str, key: str, app: str, database_url: str) -> dict
 
     async with CtxAdminSessionService(base_url, key) as ours:
         client = await _workload(ours, app)
-    peer_service = DatabaseSessionService(await _peer_database(database_url))
+    peer_service = DatabaseSessionService(fresh_async_database(database_url, PEER_DB))
     try:
         peer = await _workload(peer_service, "bench_app")
     finally:

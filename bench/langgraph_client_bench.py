@@ -4,7 +4,7 @@
 service) and LangGraph's ``PostgresSaver`` and ``PostgresStore`` (psycopg, in process, one
 connection each, as their documentation shows them) run the same calls on the same
 PostgreSQL server, the peers in a fresh database of their own (created as the memory
-benchmark's peer creates its own, ``bench.langgraph_peer.fresh_database``), the store with
+benchmark's peer creates its own, ``bench.service.fresh_database``), the store with
 the same ``index`` (ctxadmin's hashing embedder, 384 dimensions, the ``text`` field):
 
 * saver: ``put`` of a checkpoint whose message channel grows by one message of about 300
@@ -31,8 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.alone import run_alone
-from bench.langgraph_peer import fresh_database
-from bench.service import bench_client
+from bench.service import bench_client, fresh_database
 from memory.embedders import HashingEmbedder
 
 SECTION = "## LangGraph backends through the client"

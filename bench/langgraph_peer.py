@@ -37,8 +37,8 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 
+from bench.service import fresh_database
 from memory.embedders import HashingEmbedder
 
 if TYPE_CHECKING:
@@ -77,15 +77,6 @@ def _dedent(lines: list[str]) -> list[str]:
 
 def _vector_text(vector: list[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
-
-
-def fresh_database(database_url: str, name: str) -> str:
-    """The connection string of database ``name``, created empty (dropped first if an
-    earlier run left it) on the server of ``database_url``."""
-    with psycopg.connect(make_conninfo(database_url, dbname="postgres"), autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        c.execute(f'CREATE DATABASE "{name}"')
-    return make_conninfo(database_url, dbname=name)
 
 
 class Peer:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.alone import run_alone
-from bench.service import bench_client
+from bench.service import bench_client, fresh_async_database
 
 SECTION = "## OpenAI Agents SDK session"
 PEER_DB = "openai_agents_bench"
@@ -124,24 +124,6 @@ async def _workload(backends: dict[str, Callable[[str], Any]]) -> dict[str, dict
     }
 
 
-async def _peer_url(database_url: str) -> str:
-    """The SQLAlchemy URL of a fresh database ``PEER_DB`` on the server of ``database_url``."""
-    import asyncpg
-    from sqlalchemy.engine import make_url
-
-    base = make_url(database_url).set(query={})
-    admin = base.set(drivername="postgresql", database="postgres")
-    conn = await asyncpg.connect(admin.render_as_string(hide_password=False))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{PEER_DB}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{PEER_DB}"')
-    finally:
-        await conn.close()
-    return base.set(drivername="postgresql+asyncpg", database=PEER_DB).render_as_string(
-        hide_password=False
-    )
-
-
 async def _measure(base_url: str, key: str, app: str, database_url: str) -> dict[str, Any]:
     # openai-agents: the client's openai-agents extra, imported only when this runs.
     from agents.extensions.memory import SQLAlchemySession
@@ -150,7 +132,7 @@ async def _measure(base_url: str, key: str, app: str, database_url: str) -> dict
     from ctxadmin_client.openai_agents import CtxAdminSession
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    engine = create_async_engine(await _peer_url(database_url))
+    engine = create_async_engine(fresh_async_database(database_url, PEER_DB))
     opened: list[SQLiteSession] = []
     try:
         with tempfile.TemporaryDirectory() as folder:

@@ -65,3 +65,25 @@ def stop_service(service: ServiceProcess) -> None:
     _code, alive = service.stop()
     for process in alive:
         process.kill()
+
+
+def fresh_database(database_url: str, name: str) -> str:
+    """The connection string of database ``name``, created empty (dropped first if an
+    earlier run left it) on the server of ``database_url``: a peer's own database."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    with psycopg.connect(make_conninfo(database_url, dbname="postgres"), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        c.execute(f'CREATE DATABASE "{name}"')
+    return make_conninfo(database_url, dbname=name)
+
+
+def fresh_async_database(database_url: str, name: str) -> str:
+    """``fresh_database`` as a SQLAlchemy asyncpg URL (ADK's and the Agents SDK's stores)."""
+    # sqlalchemy: the bench extra, imported only when a peer that needs it runs.
+    from sqlalchemy.engine import make_url
+
+    fresh_database(database_url, name)
+    url = make_url(database_url).set(drivername="postgresql+asyncpg", database=name, query={})
+    return url.render_as_string(hide_password=False)
