@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
 
 import httpx
 
-from bench.machine import machine, postgres_version
-from bench.sections import REPORT, splice
-from bench.service import bench_client, bench_service, stop_service
+from bench.alone import run_alone
+from bench.service import bench_client
 from bench.timing import percentiles
-from ctxadmin import stack
 
 SECTION = "## MCP"
 MEMORIES = 200
@@ -92,14 +89,14 @@ def measure(service) -> dict:
     return asyncio.run(_measure(service.base_url, api.app, api.key))
 
 
-def report(results: dict, stamp: str = "") -> str:
+def report(results: dict) -> str:
     met = "met" if results["added_p50_ms"] <= TARGET_MS else "NOT met"
     return f"""{SECTION}
 
 The same lexical `memory_search` (limit 10) over {MEMORIES} memories of one user, {REPS} calls
 each on one kept-alive connection, the two paths taking turns call by call: through REST
 (`POST …/memories/search`, `httpx`) and as an MCP tool call (the official `mcp` client's
-streamable HTTP session).{stamp}
+streamable HTTP session).
 
 | path | p50 ms | p95 ms |
 | --- | --- | --- |
@@ -112,21 +109,7 @@ MCP adds {results["added_p50_ms"]} ms at p50 (target: at most {TARGET_MS} ms; {m
 
 
 def main() -> None:
-    service = bench_service(stack.var_dir() / "bench-mcp")
-    try:
-        results = measure(service)
-        postgres = postgres_version(service.database_url)
-    finally:
-        stop_service(service)
-    box = machine()
-    stamp = (
-        f"\n\nRecorded by `.venv/bin/python -m bench.mcp_bench` on "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({box['cpu']}, {box['cores']} cores, "
-        f"PostgreSQL {postgres}; one machine for client, server and database)."
-    )
-    section = report(results, stamp)
-    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
-    print(section)
+    run_alone("mcp_bench", "bench-mcp", SECTION, measure, report, "\n\n| path")
 
 
 if __name__ == "__main__":
