@@ -126,7 +126,10 @@ class ThreadLoopBridge:
         loop.run_until_complete(asyncio.sleep(0))
         content = b"".join(answer["body"])
         status = answer["status"]
-        reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:  # a status Python does not name
+            reason = ""
         headers = [
             (name.decode("latin-1"), value.decode("latin-1"))
             for name, value in answer["headers"]
