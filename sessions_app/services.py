@@ -14,6 +14,7 @@ from django.utils import timezone
 from ctxadmin.canonical import canonical_size
 from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
+from ctxadmin.pruning import echoed
 from sessions_app import signals, store, telemetry
 from sessions_app import state as scopes
 from sessions_app.compaction import triggers as compaction
@@ -88,6 +89,29 @@ class AppendResult:
     state: dict
 
 
+def _check_reach(events: list[dict], reach: scopes.StateReach, path: str) -> None:
+    """Refuse, naming the key, an event whose state delta writes a scope the writer does not
+    reach (see ``state.StateReach``); nothing of the batch is stored."""
+    for index, event in enumerate(events):
+        refused = scopes.out_of_reach(event["actions"].get("state_delta") or {}, reach)
+        if refused is None:
+            continue
+        key, scope = refused
+        where = path if path == "event" else f"{path}[{index}]"
+        field = f"{where}.actions.state_delta"
+        raise ServiceError(
+            "state_scope_denied",
+            f"{field}: this credential may not write {scope} state ({echoed(key)!r}); "
+            + (
+                "app: state is written with an API key"
+                if scope == "app"
+                else "a credential bound to one session writes only that session's state"
+            ),
+            status_code=403,
+            details={"field": field, "key": echoed(key), "scope": scope},
+        )
+
+
 def _validated(raw_events: list, path: str) -> list[dict]:
     limits = event_limits()
     events: list[dict] = []
@@ -125,6 +149,7 @@ def append_events(
     *,
     expected_revision: int | None = None,
     path: str = "events",
+    reach: scopes.StateReach = scopes.FULL_REACH,
 ) -> AppendResult:
     """Append a batch, all or nothing.
 
@@ -139,8 +164,12 @@ def append_events(
     declines (a repeated id, a stale revision, a large state), takes the locking path:
     BEGIN, lock (with the scope states and stored copies of the batch's ids), the scope
     upserts, one insert-and-advance statement, COMMIT.
+
+    ``reach`` is what the writer may write of the shared state scopes: a delta outside it is
+    a 403 ``state_scope_denied`` naming the key.
     """
     events = _validated(raw_events, path)
+    _check_reach(events, reach, path)
     try:
         result = _append_once(app, user_id, session_id, events, expected_revision)
     except IntegrityError as exc:

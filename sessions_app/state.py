@@ -38,6 +38,35 @@ def split_delta(delta: dict[str, Any]) -> ScopedDelta:
     return scoped
 
 
+@dataclass(frozen=True)
+class StateReach:
+    """Which shared scopes a writer may write. An API key reaches both; a delegated
+    credential (a user or tool token) never writes ``app:`` state, which every other user's
+    sessions read, and one bound to a session never writes ``user:`` state, which the user's
+    other sessions read."""
+
+    app: bool = True
+    user: bool = True
+
+
+FULL_REACH = StateReach()
+
+
+def delegated_reach(bound_session_id: str | None) -> StateReach:
+    return StateReach(app=False, user=bound_session_id is None)
+
+
+def out_of_reach(delta: dict[str, Any], reach: StateReach) -> tuple[str, str] | None:
+    """The first key of ``delta`` (in sorted order) in a scope ``reach`` does not cover, with
+    that scope's name; None when every key is within reach."""
+    for key in sorted(delta):
+        if not reach.app and key.startswith(APP_PREFIX):
+            return key, "app"
+        if not reach.user and key.startswith(USER_PREFIX):
+            return key, "user"
+    return None
+
+
 def without_temp(delta: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in delta.items() if not key.startswith(TEMP_PREFIX)}
 

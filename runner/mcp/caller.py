@@ -12,6 +12,7 @@ from rest_framework import exceptions
 from ctxadmin.auth import ApiKeyAuthentication, TokenEnded
 from ctxadmin.delegated import DelegatedCredential
 from ctxadmin.models import ApiKey, App
+from sessions_app.state import FULL_REACH, StateReach, delegated_reach
 
 #: The WSGI environ key the authenticated caller travels under to the tool handlers.
 ENVIRON_KEY = "ctxadmin.mcp.caller"
@@ -30,6 +31,11 @@ class Caller:
     @property
     def delegated(self) -> bool:
         return self.capabilities is not None
+
+    @property
+    def state_reach(self) -> StateReach:
+        """The shared state scopes this caller's appends may write (see ``StateReach``)."""
+        return delegated_reach(self.session_id) if self.delegated else FULL_REACH
 
     def may(self, scope: str, capability: str | None) -> bool:
         if self.capabilities is None:

@@ -203,6 +203,7 @@ def event_append_tool(caller: Caller, args: dict) -> dict:
             [args["event"]],
             expected_revision=args.get("expected_revision"),
             path="event",
+            reach=caller.state_reach,
         )
     return {"events": result.events, "created": result.created, "revision": result.revision}
 

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
+from ctxadmin.delegated import DelegatedCredential
 from ctxadmin.errors import ServiceError, strict_object
 from ctxadmin.models import SCOPE_SESSIONS
 from ctxadmin.timestamps import iso_timestamp
@@ -45,6 +46,24 @@ class AlwaysJson(DefaultContentNegotiation):
 
 class ArtifactsScopedView(AppScopedView):
     required_scopes = {"*": SCOPE_SESSIONS}
+
+    def refuse_user_name_for_bound_credential(self, request, name: str) -> None:
+        """A delegated credential bound to one session reaches that session only: it writes
+        no ``user:`` artifact, which every other session of the user sees (as it writes no
+        ``user:`` state)."""
+        credential = request.auth
+        if (
+            isinstance(credential, DelegatedCredential)
+            and credential.bound_session_id is not None
+            and name.startswith(rules.USER_PREFIX)
+        ):
+            raise ServiceError(
+                "artifact_scope_denied",
+                "A credential bound to one session may not write the user's 'user:' "
+                "artifacts; save a session artifact or use an API key.",
+                status_code=403,
+                details={"scope": rules.USER_SCOPE},
+            )
 
 
 def _once(request, name: str) -> str | None:
@@ -167,6 +186,7 @@ class ArtifactDetailView(ArtifactsScopedView):
         responses={201: ref("ArtifactVersion")},
     )
     def post(self, request, app, user, sid, name):
+        self.refuse_user_name_for_bound_credential(request, name)
         raw = _format(request) == "raw"
         content_type = request.META.get("CONTENT_TYPE", "").strip()
         if not raw and content_type.split(";", 1)[0].strip().lower() == JSON:
@@ -183,6 +203,7 @@ class ArtifactDetailView(ArtifactsScopedView):
 
     @extend_schema(operation_id="artifacts_delete", responses={204: None})
     def delete(self, request, app, user, sid, name):
+        self.refuse_user_name_for_bound_credential(request, name)
         services.delete_artifact(self.tenant, user, sid, name)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
