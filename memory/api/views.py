@@ -10,6 +10,7 @@ from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
+from ctxadmin.delegated import DelegatedCredential
 from ctxadmin.errors import ServiceError, invalid
 from ctxadmin.models import SCOPE_MEMORY
 from ctxadmin.pruning import MAX_ECHOED, echoed
@@ -74,6 +75,20 @@ class MemoryListView(MemoryScopedView):
                 details={"unknown": [echoed(name) for name in unknown[:MAX_ECHOED]], "allowed": []},
             )
         new = entries.parse_new_memory(request.data)
+        credential = request.auth
+        if (
+            new.replace
+            and isinstance(credential, DelegatedCredential)
+            and "memory_delete" not in credential.capabilities
+        ):
+            # Replacing in place ends the entry that held the key: a delete as well as an add.
+            raise ServiceError(
+                "capability_denied",
+                "Replacing a memory erases the one it replaces: this token needs the "
+                "'memory_delete' capability as well as 'memory_add'.",
+                status_code=403,
+                details={"needed": "memory_delete"},
+            )
         entry, created = entries.add_memory(self.tenant, user, new)
         return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
@@ -136,7 +151,8 @@ class MemoryDetailView(MemoryScopedView):
 
 
 class MemoryTouchView(MemoryScopedView):
-    tool_capabilities = {"POST": "memory_search"}
+    # A touch moves expiries: a write, so a token needs the capability that writes memory.
+    tool_capabilities = {"POST": "memory_add"}
 
     @extend_schema(
         operation_id="memories_touch",

@@ -80,7 +80,7 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
     },
     "api/v1/apps/<str:app>/users/<str:user>/memories/search": {"post": (M, "memory_search")},
     # Refreshing TTLs is part of reading (LangGraph's refresh_ttl): the search capability.
-    "api/v1/apps/<str:app>/users/<str:user>/memories/touch": {"post": (M, "memory_search")},
+    "api/v1/apps/<str:app>/users/<str:user>/memories/touch": {"post": (M, "memory_add")},
     "api/v1/apps/<str:app>/users/<str:user>/memories/events": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/ingestions": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/consent": {
