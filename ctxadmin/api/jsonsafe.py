@@ -13,6 +13,7 @@ from typing import Any
 from ctxadmin.pruning import echoed
 
 MAX_INT = 2**63 - 1
+MIN_INT = -(2**63)
 
 
 class JsonInputError(ValueError):
@@ -34,9 +35,10 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def _parse_int(text: str) -> int:
-    if len(text) > 20 or abs(int(text)) > MAX_INT:
+    value = int(text) if len(text) <= 20 else None
+    if value is None or not MIN_INT <= value <= MAX_INT:
         raise JsonInputError("number_out_of_range", "an integer in the body is outside 64 bits")
-    return int(text)
+    return value
 
 
 def _parse_float(text: str) -> float:

@@ -210,3 +210,19 @@ def test_the_console_keeps_its_own_page_for_a_foreign_host(client):
     assert answer.status_code == 400
     assert answer["Content-Type"].startswith("text/html")
     assert "attacker-host" not in answer.content.decode()
+
+
+@pytest.mark.parametrize("number", [2**63 - 1, -(2**63), 0, -1])
+def test_every_64_bit_integer_is_accepted_by_the_strict_decoder(number):
+    from ctxadmin.api.jsonsafe import loads_strict
+
+    assert loads_strict(f'{{"n": {number}}}'.encode(), 32) == {"n": number}
+
+
+@pytest.mark.parametrize("number", [2**63, -(2**63) - 1, 10**30])
+def test_an_integer_past_64_bits_is_refused_by_the_strict_decoder(number):
+    from ctxadmin.api.jsonsafe import JsonInputError, loads_strict
+
+    with pytest.raises(JsonInputError) as raised:
+        loads_strict(f'{{"n": {number}}}'.encode(), 32)
+    assert raised.value.code == "number_out_of_range"
