@@ -470,8 +470,18 @@ LOGGING = {
         "json": {"()": "ctxadmin.telemetry.JsonFormatter"},
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
-    "filters": {"quiet_housekeeping": {"()": "ctxadmin.telemetry.QuietHousekeeping"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "filters": {
+        "quiet_housekeeping": {"()": "ctxadmin.telemetry.QuietHousekeeping"},
+        "sdk_lines_content_free": {"()": "ctxadmin.telemetry.SdkLinesContentFree"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            # The MCP SDK quotes what its lines are about (a failed validation: the request).
+            "filters": ["sdk_lines_content_free"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # Python's warnings (Django routes them to logging) in the same format as the rest.

@@ -7,9 +7,11 @@ the counters add up across worker processes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import logging.config
+import os
 import time
 from datetime import UTC, datetime
 
@@ -94,6 +96,34 @@ def idle(outcome) -> bool:
     if isinstance(outcome, dict):
         return all(isinstance(v, bool) or not v for v in outcome.values())
     return not outcome
+
+
+def _package_dir(name: str) -> str | None:
+    spec = importlib.util.find_spec(name)  # finds it without importing it
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return os.path.join(locations[0], "") if locations else None
+
+
+class SdkLinesContentFree(logging.Filter):
+    """Lines the MCP SDK writes keep only their fixed head (and an exception's type): its
+    messages quote what they are about, and a request that failed its validation is quoted
+    with its parameters. Attached to the console handler, so every logger of the SDK's
+    package, and its lines on the root logger, pass it."""
+
+    def __init__(self, name: str = "") -> None:
+        super().__init__(name)
+        self._sdk_dir = _package_dir("mcp")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._sdk_dir is None or not record.pathname.startswith(self._sdk_dir):
+            return True
+        head = str(record.msg).split(":", 1)[0].split("%", 1)[0].split("{", 1)[0].strip()
+        head = "mcp sdk: " + (head[:80] or "message")
+        if record.exc_info and record.exc_info[0] is not None:
+            head += f" ({record.exc_info[0].__name__})"
+        record.msg, record.args = head, ()
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
 
 
 class QuietHousekeeping(logging.Filter):

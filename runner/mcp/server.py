@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from jsonschema.exceptions import ValidationError, best_match
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import McpError
 from prometheus_client import Counter, Histogram
 
 from ctxadmin import mcp_calls
@@ -31,6 +33,7 @@ from ctxadmin.pruning import echoed
 from memory import entries
 from runner.mcp import tools as mcp_tools
 from runner.mcp.caller import ENVIRON_KEY, Caller
+from runner.mcp.outbound import outbound
 
 logger = logging.getLogger("ctxadmin.mcp")
 
@@ -90,44 +93,39 @@ def _denied() -> ServiceError:
     )
 
 
-def run_call(caller: Caller, name: str, arguments: dict | None) -> types.CallToolResult:
-    """One tool call, synchronously (in a worker thread)."""
+def _admit(caller: Caller) -> None:
+    """The caller's share of the per-credential limit (counted for the console), or 429."""
+    limit = settings.CTXADMIN_MCP_CALLS_PER_MINUTE
+    wait = mcp_calls.admit(caller.app.pk, caller.prefix, limit)
+    if wait is not None:
+        raise ServiceError(
+            "rate_limited",
+            f"At most {limit} MCP calls a minute per credential; retry in {wait:.1f} s.",
+            status_code=429,
+            details={"retry_after_s": round(wait, 1)},
+        )
+
+
+def _served(caller: Caller, label: str, work: Callable[[], Any]) -> Any:
+    """One MCP request that does work (a tool call, a resource read), synchronously in a
+    worker thread: admitted by the rate limit, cleaned on the way out (``outbound``),
+    logged and counted by its label and outcome, never with its arguments. Raises the
+    ``ServiceError`` it ends with (an unexpected error becomes ``internal_error``)."""
     started = time.perf_counter()
-    tool = mcp_tools.BY_NAME.get(name)
-    label = tool.name if tool else "unknown"
     outcome = "ok"
     close_old_connections()
     try:
-        limit = settings.CTXADMIN_MCP_CALLS_PER_MINUTE
-        wait = mcp_calls.admit(caller.app.pk, caller.prefix, limit)
-        if wait is not None:
-            raise ServiceError(
-                "rate_limited",
-                f"At most {limit} MCP calls a minute per credential; retry in {wait:.1f} s.",
-                status_code=429,
-                details={"retry_after_s": round(wait, 1)},
-            )
-        if tool is None or not caller.may(tool.scope, tool.capability):
-            raise _denied()
-        args = arguments if arguments is not None else {}
-        error = best_match(_VALIDATORS[tool.name].iter_errors(args))
-        if error is not None:
-            raise schema_error(error)
-        result = tool.handler(caller, args)
-        text = json.dumps(result, default=str)
-        if len(text) > mcp_tools.MAX_RESULT_BYTES:
-            raise mcp_tools.result_size_error(len(text))
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)],
-            structuredContent=json.loads(text),
-        )
+        _admit(caller)
+        return outbound(work())
     except ServiceError as exc:
         outcome = exc.code
-        return _error(exc)
+        raise
     except Exception:
         outcome = "internal_error"
         logger.exception("mcp call failed", extra={"tool": label, "app": caller.app.name})
-        return _error(ServiceError("internal_error", "The tool could not complete.", 500))
+        raise ServiceError(
+            "internal_error", "The request could not complete.", status_code=500
+        ) from None
     finally:
         close_old_connections()
         elapsed = time.perf_counter() - started
@@ -145,22 +143,63 @@ def run_call(caller: Caller, name: str, arguments: dict | None) -> types.CallToo
         )
 
 
-def read_resource_sync(caller: Caller, uri: str) -> str:
-    close_old_connections()
+def _tool_result(caller: Caller, tool: mcp_tools.Tool | None, arguments: dict | None) -> dict:
+    if tool is None or not caller.may(tool.scope, tool.capability):
+        raise _denied()
+    args = arguments if arguments is not None else {}
+    error = best_match(_VALIDATORS[tool.name].iter_errors(args))
+    if error is not None:
+        raise schema_error(error)
+    # Round-tripped through JSON: dates and ids become the strings the client receives.
+    return json.loads(json.dumps(tool.handler(caller, args), default=str))
+
+
+def run_call(caller: Caller, name: str, arguments: dict | None) -> types.CallToolResult:
+    """One tool call, synchronously (in a worker thread)."""
+    tool = mcp_tools.BY_NAME.get(name)
     try:
-        match = _CONTEXT_URI.match(uri)
-        if match and caller.may(SCOPE_SESSIONS, "context_build"):
-            args = {"user_id": match.group(1), "session_id": match.group(2), "query": "."}
-            args["memory"] = False
-            return canonical_json(mcp_tools.context_build_tool(caller, args)).decode()
-        match = _MEMORY_URI.match(uri)
-        if match and caller.may(SCOPE_MEMORY, "memory_search"):
-            user = mcp_tools.user_of(caller, {"user_id": match.group(1)})
-            rows = entries.list_memories(caller.app, user, MEMORY_RESOURCE_LIMIT)
-            return json.dumps({"note": mcp_tools.UNTRUSTED, "memories": rows}, default=str)
-        raise not_found()
-    finally:
-        close_old_connections()
+        result = _served(
+            caller, tool.name if tool else "unknown", lambda: _tool_result(caller, tool, arguments)
+        )
+        text = json.dumps(result)
+        if len(text) > mcp_tools.MAX_RESULT_BYTES:
+            raise mcp_tools.result_size_error(len(text))
+    except ServiceError as exc:
+        return _error(exc)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structuredContent=result
+    )
+
+
+def _resource(caller: Caller, uri: str) -> dict:
+    match = _CONTEXT_URI.match(uri)
+    if match and caller.may(SCOPE_SESSIONS, "context_build"):
+        args = {"user_id": match.group(1), "session_id": match.group(2), "query": "."}
+        args["memory"] = False
+        return mcp_tools.context_build_tool(caller, args)
+    match = _MEMORY_URI.match(uri)
+    if match and caller.may(SCOPE_MEMORY, "memory_search"):
+        user = mcp_tools.user_of(caller, {"user_id": match.group(1)})
+        rows = entries.list_memories(caller.app, user, MEMORY_RESOURCE_LIMIT)
+        return {"note": mcp_tools.UNTRUSTED, "memories": json.loads(json.dumps(rows, default=str))}
+    raise not_found()
+
+
+def read_resource_sync(caller: Caller, uri: str) -> str:
+    """One resource read, synchronously (in a worker thread), admitted, counted and logged
+    like a tool call; an error is a JSON-RPC error whose data is the error envelope."""
+    label = "resource:" + ("context" if "/sessions/" in uri else "memories")
+    try:
+        return canonical_json(_served(caller, label, lambda: _resource(caller, uri))).decode()
+    except ServiceError as exc:
+        envelope = {"code": exc.code, "message": exc.message, "details": exc.details or {}}
+        raise McpError(
+            types.ErrorData(
+                code=types.INVALID_PARAMS if exc.status_code < 500 else types.INTERNAL_ERROR,
+                message=exc.message,
+                data={"error": envelope},
+            )
+        ) from None
 
 
 # The version is named here: unnamed, the SDK reads the mcp package's metadata from disk

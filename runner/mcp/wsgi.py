@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 
+from ctxadmin.api.jsonsafe import JsonInputError, loads_strict
 from ctxadmin.auth import TokenEnded
 from runner.mcp.caller import ENVIRON_KEY, authenticate
 
@@ -218,6 +219,14 @@ class McpDispatcher:
                 return _too_large(start_response, limit)
         else:
             body = environ["wsgi.input"].read(length) if length else b""
+        if body:
+            # The REST API's strict JSON rules, before the SDK reads a byte: no duplicate keys,
+            # NaN/Infinity, integers past 64 bits, NUL or unpaired surrogates, nesting past
+            # the limit.
+            try:
+                loads_strict(body, settings.CTXADMIN_MAX_JSON_DEPTH)
+            except JsonInputError as exc:
+                return _envelope(start_response, "400 Bad Request", exc.code, exc.message)
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
         environ[ENVIRON_KEY] = caller
