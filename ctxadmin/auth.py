@@ -90,6 +90,18 @@ class TokenEnded(exceptions.AuthenticationFailed):
         }
 
 
+def _scheme_problem(scheme: str, has_credential: bool) -> str:
+    """What is wrong with an ``Authorization`` header not led by ``Bearer``. The header's
+    words are the client's: a scheme is named only when it is a short word, and what may be
+    the credential itself is never echoed."""
+    fix = "send it as 'Authorization: Bearer <key>'"
+    if not has_credential:
+        return f"The Authorization header has no scheme before the key: {fix}."
+    if scheme.isalpha() and len(scheme) <= 20:
+        return f"The Authorization scheme '{scheme}' is not accepted: {fix}."
+    return f"The Authorization header does not start with a scheme ctxadmin accepts: {fix}."
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -106,14 +118,9 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             text = header.decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("Invalid API key.") from None
-        scheme, _, raw = text.partition(" ")
+        scheme, space, raw = text.strip().partition(" ")
         if scheme.lower() != self.keyword.lower():
-            # The scheme is a word the client chose; the credential after it is never echoed.
-            named = scheme if scheme.isalpha() and len(scheme) <= 20 else "this"
-            raise exceptions.AuthenticationFailed(
-                f"Send the key as 'Authorization: Bearer <key>'; the {named} scheme is not "
-                "accepted."
-            )
+            raise exceptions.AuthenticationFailed(_scheme_problem(scheme, bool(space)))
         raw = raw.strip()
         for marker, resolve in resolvers():
             if raw.startswith(marker):

@@ -22,8 +22,30 @@ def test_a_key_sent_with_another_scheme_is_told_to_use_bearer(owner, scheme):
     answer = client.get(_url(owner))
     error = assert_envelope(answer, 401, "authentication_failed")
     assert "Authorization: Bearer <key>" in error["message"]
-    assert f"the {scheme} scheme" in error["message"]
+    assert f"scheme '{scheme}' is not accepted" in error["message"]
     assert owner.key not in answer.content.decode()
+
+
+@pytest.mark.parametrize("header", ["{key}", " {key} ", "{key}\t"])
+def test_a_key_sent_without_a_scheme_is_told_the_scheme_is_missing(owner, header):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header.format(key=owner.key))
+    answer = client.get(_url(owner))
+    error = assert_envelope(answer, 401, "authentication_failed")
+    assert error["message"] == (
+        "The Authorization header has no scheme before the key: "
+        "send it as 'Authorization: Bearer <key>'."
+    )
+    assert "this scheme" not in error["message"]
+    assert owner.key not in answer.content.decode()
+
+
+def test_a_scheme_that_is_not_a_word_is_not_echoed(owner):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"x-{owner.key[:12]} {owner.key}")
+    error = assert_envelope(client.get(_url(owner)), 401, "authentication_failed")
+    assert owner.key[:12] not in error["message"]
+    assert "does not start with a scheme ctxadmin accepts" in error["message"]
 
 
 def test_a_key_in_x_api_key_is_told_which_header_to_use(owner):
