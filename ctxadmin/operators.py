@@ -13,6 +13,9 @@ from ctxadmin.errors import ServiceError
 
 # The groups migration ctxadmin 0003 creates (see the README's "The console: who sees what").
 OPERATOR_GROUPS = ("diagnostics viewer", "cache operator", "erasure operator", "content viewer")
+CONTENT_GROUP = "content viewer"
+#: Every operator group but the one that sees conversation content (granted deliberately).
+CONTENT_FREE_GROUPS = tuple(group for group in OPERATOR_GROUPS if group != CONTENT_GROUP)
 # Apps and API keys in the console: create apps and keys, rename apps, revoke keys.
 KEY_PERMISSIONS = (
     "view_app",
@@ -58,3 +61,23 @@ def create_operator(
                 )
             )
     return user, password
+
+
+def set_content_access(username: str, granted: bool):
+    """Put an operator into the content viewer group, or take them out of it; returns the
+    user. Content stays visible only on detail pages, each view audit-logged."""
+    User = get_user_model()
+    user = User.objects.filter(username=username, is_staff=True).first()
+    if user is None:
+        raise ServiceError(
+            "not_found",
+            f"no operator named {username!r} (see manage.py create_operator)",
+            status_code=404,
+            details={"field": "username"},
+        )
+    group = Group.objects.get(name=CONTENT_GROUP)
+    if granted:
+        user.groups.add(group)
+    else:
+        user.groups.remove(group)
+    return User.objects.get(pk=user.pk)  # permissions are cached per instance

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from ctxadmin.models import ApiKey, App
-from ctxadmin.operators import OPERATOR_GROUPS
+from ctxadmin.operators import CONTENT_FREE_GROUPS
 
 
 def run(*args) -> tuple[str, str]:
@@ -64,11 +64,27 @@ def test_bootstrap_demo_only_on_an_empty_database():
     assert App.objects.get().name == "demo"
     operator = get_user_model().objects.get()
     assert operator.is_staff and not operator.is_superuser
-    assert sorted(operator.groups.values_list("name", flat=True)) == sorted(OPERATOR_GROUPS)
-    assert operator.has_perm("ctxadmin.view_content") and operator.has_perm("ctxadmin.add_apikey")
+    assert sorted(operator.groups.values_list("name", flat=True)) == sorted(CONTENT_FREE_GROUPS)
+    # The first account sees no conversation content until someone grants it.
+    assert not operator.has_perm("ctxadmin.view_content")
+    assert operator.has_perm("ctxadmin.add_apikey")
+    assert "grant_content operator" in out
     again, _ = run("bootstrap_demo")
     assert "ctx_" not in again
     assert ApiKey.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_content_access_is_granted_and_revoked_deliberately():
+    run("bootstrap_demo")
+    out, _ = run("grant_content", "operator")
+    assert "operator may see conversation content" in out
+    assert get_user_model().objects.get(username="operator").has_perm("ctxadmin.view_content")
+    out, _ = run("grant_content", "operator", "--revoke")
+    assert "operator may not see conversation content" in out
+    assert not get_user_model().objects.get(username="operator").has_perm("ctxadmin.view_content")
+    with pytest.raises(CommandError, match="no operator named 'nobody'"):
+        run("grant_content", "nobody")
 
 
 @pytest.mark.django_db(transaction=True)

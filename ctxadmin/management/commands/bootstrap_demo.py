@@ -3,7 +3,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from ctxadmin.models import SCOPES, App
-from ctxadmin.operators import OPERATOR_GROUPS, create_operator
+from ctxadmin.operators import CONTENT_FREE_GROUPS, create_operator
 from ctxadmin.services import create_api_key, create_app
 
 DEMO_APP = "demo"
@@ -27,9 +27,9 @@ class Command(BaseCommand):
                 return
             app = create_app(DEMO_APP, "Demo app")
             _key, raw = create_api_key(app, SCOPES, name="demo key")
-            # A staff account in the operator groups, not a superuser: its content views are
-            # the content viewer group's, audit-logged and announced on the page.
-            _user, password = create_operator(OPERATOR, OPERATOR_GROUPS, manage_keys=True)
+            # A staff account in the operator groups but the content viewer's, not a superuser:
+            # seeing conversation content is granted deliberately (grant_content).
+            _user, password = create_operator(OPERATOR, CONTENT_FREE_GROUPS, manage_keys=True)
         # Printed once, here, and never logged or stored in clear.
         self.stdout.write(
             "\n".join(
@@ -41,7 +41,9 @@ class Command(BaseCommand):
                     f" Operator console : {base_url}/admin/",
                     f"   username       : {OPERATOR}",
                     f"   password       : {password}",
-                    f"   groups         : {', '.join(OPERATOR_GROUPS)}",
+                    f"   groups         : {', '.join(CONTENT_FREE_GROUPS)}",
+                    "   content        : not shown; to grant it (each view audit-logged):",
+                    f"                    .venv/bin/python manage.py grant_content {OPERATOR}",
                     f" Demo app         : {DEMO_APP}",
                     f" API key          : {raw}",
                     " Try it:",
