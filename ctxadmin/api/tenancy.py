@@ -5,11 +5,13 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.serializers import StrictCharField, StrictSerializer
 from ctxadmin.api.views import AppScopedView
-from ctxadmin.errors import invalid
+from ctxadmin.delegated import DelegatedCredential
+from ctxadmin.errors import ServiceError, invalid
 from ctxadmin.models import SCOPE_ADMIN, SCOPE_DIAGNOSTICS, SCOPES, ApiKey
 from ctxadmin.selectors import app_summary
 from ctxadmin.services import create_api_key, revoke_api_keys, rotate_api_key, update_app
@@ -191,3 +193,63 @@ class ApiKeyDetailView(AppScopedView):
         key = self.get_object()
         revoke_api_keys(self.get_queryset().filter(pk=key.pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class WhoAmISerializer(serializers.Serializer):
+    app = serializers.CharField(help_text="The app this credential belongs to.")
+    credential = serializers.ChoiceField(choices=["api_key", "user_token", "tool_token"])
+    prefix = serializers.CharField(help_text="The credential's public prefix.")
+    scopes = serializers.ListField(
+        child=serializers.CharField(), help_text="An API key's scopes ([] for a token)."
+    )
+    capabilities = serializers.ListField(
+        child=serializers.CharField(), help_text="A token's capabilities ([] for an API key)."
+    )
+    user_id = serializers.CharField(allow_null=True, help_text="A token's user (null for a key).")
+    session_id = serializers.CharField(
+        allow_null=True, help_text="The session a token is bound to (null: none)."
+    )
+
+
+_TOKEN_KINDS = {"usertoken": "user_token", "tooltoken": "tool_token"}
+
+
+def whoami(credential) -> dict:
+    if isinstance(credential, DelegatedCredential):
+        return {
+            "app": credential.app.name,
+            "credential": _TOKEN_KINDS.get(credential.credential_kind, "user_token"),
+            "prefix": credential.prefix,
+            "scopes": [],
+            "capabilities": sorted(credential.capabilities),
+            "user_id": credential.bound_user_id,
+            "session_id": credential.bound_session_id,
+        }
+    return {
+        "app": credential.app.name,
+        "credential": "api_key",
+        "prefix": credential.prefix,
+        "scopes": sorted(credential.scopes),
+        "capabilities": [],
+        "user_id": None,
+        "session_id": None,
+    }
+
+
+class WhoAmIView(APIView):
+    """Who the caller is: the app its credential belongs to and what it may do, so a client
+    needs only its key (no scope or capability needed; never the secret)."""
+
+    @extend_schema(
+        operation_id="whoami",
+        summary="The calling credential's app and rights",
+        responses=WhoAmISerializer,
+    )
+    def get(self, request):
+        if request.query_params:
+            raise ServiceError(
+                "unknown_parameter",
+                "this endpoint takes no query parameters",
+                details={"allowed": []},
+            )
+        return Response(WhoAmISerializer(whoami(request.auth)).data)

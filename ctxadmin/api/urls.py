@@ -6,6 +6,7 @@ from django.urls import path
 from ctxadmin.api import tenancy
 
 urlpatterns = [
+    path("whoami", tenancy.WhoAmIView.as_view(), name="whoami"),
     path("apps/<str:app>/", tenancy.AppView.as_view(), name="app"),
     path("apps/<str:app>/key", tenancy.CurrentKeyView.as_view(), name="current-key"),
     path("apps/<str:app>/keys", tenancy.ApiKeyListView.as_view(), name="api-keys"),

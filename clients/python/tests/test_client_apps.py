@@ -27,6 +27,12 @@ def test_the_app_and_its_keys(client, app):
     assert client.get_api_key(app.name, mine["prefix"])["scopes"] == mine["scopes"]
 
 
+def test_a_key_names_its_own_app(client, app):
+    me = client.whoami()
+    assert me["app"] == app.name and me["credential"] == "api_key"
+    assert sorted(me["scopes"]) == sorted(app.scopes)
+
+
 def test_keys_are_created_and_rotated_through_the_api(app):
     with Client(app.base_url, app.key) as admin:
         made = admin.create_api_key(app.name, ["sessions"], name="worker")

@@ -1016,6 +1016,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/whoami": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The calling credential's app and rights
+         * @description Who the caller is: the app its credential belongs to and what it may do, so a client
+         *     needs only its key (no scope or capability needed; never the secret).
+         */
+        get: operations["whoami"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1063,6 +1084,13 @@ export interface components {
             created_at: string;
             api_keys: components["schemas"]["KeyCounts"];
         };
+        /**
+         * @description * `api_key` - api_key
+         *     * `user_token` - user_token
+         *     * `tool_token` - tool_token
+         * @enum {string}
+         */
+        CredentialEnum: "api_key" | "user_token" | "tool_token";
         KeyCounts: {
             active: number;
             revoked: number;
@@ -1091,6 +1119,21 @@ export interface components {
          * @enum {string}
          */
         ScopesEnum: "sessions" | "memory" | "cache" | "diagnostics" | "admin" | "delegate";
+        WhoAmI: {
+            /** @description The app this credential belongs to. */
+            app: string;
+            credential: components["schemas"]["CredentialEnum"];
+            /** @description The credential's public prefix. */
+            prefix: string;
+            /** @description An API key's scopes ([] for a token). */
+            scopes: string[];
+            /** @description A token's capabilities ([] for an API key). */
+            capabilities: string[];
+            /** @description A token's user (null for a key). */
+            user_id: string | null;
+            /** @description The session a token is bound to (null: none). */
+            session_id: string | null;
+        };
         Error: {
             error: {
                 /** @description Stable machine-readable code. */
@@ -5064,6 +5107,34 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    whoami: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WhoAmI"];
+                };
             };
             /** @description An error */
             default: {

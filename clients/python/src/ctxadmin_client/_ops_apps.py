@@ -11,6 +11,11 @@ from ._calls import Call, body, path, query, user_path
 
 class AppOperations(Runners[D, L, N, B]):
     # ------------------------------------------------------------------ the app and its keys
+    def whoami(self) -> D:
+        """Who the credential is: its ``app``, ``credential`` kind, ``prefix``, ``scopes`` (a
+        key's) or ``capabilities``, ``user_id`` and ``session_id`` (a token's)."""
+        return self._one(Call("GET", "/api/v1/whoami"))
+
     def get_app(self, app: str) -> D:
         """The app's content-free summary (``diagnostics`` scope)."""
         return self._one(Call("GET", path(app) + "/"))

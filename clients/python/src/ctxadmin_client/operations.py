@@ -22,7 +22,8 @@ _USER = _APP + "/users/{user}"
 _SESSION = _USER + "/sessions/{sid}"
 
 OPERATIONS: dict[str, Operation] = {
-    # the app and its keys
+    # the caller, the app and its keys
+    "whoami": Operation("GET", "/api/v1/whoami", ("whoami",)),
     "app_summary": Operation("GET", _APP + "/", ("get_app",)),
     "app_update": Operation("PATCH", _APP + "/", ("update_app",)),
     "current_api_key": Operation("GET", _APP + "/key", ("get_key",)),
