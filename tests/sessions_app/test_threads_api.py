@@ -216,6 +216,12 @@ def test_bad_writes_filters_and_paths_are_refused(owner):
     )
     assert ThreadWrite.objects.count() == 0
     error(api.get(url("t1", "checkpoints"), {"filter": "[1]"}), 400, "invalid_parameter")
+    # A lone surrogate, as a key or a value, is no text a row can hold (it was a 500).
+    for text in ('{"\\ud800": 1}', '{"step": "\\udc00"}', '{"a": {"a": "a", "a": 1}}'):
+        refused = error(
+            api.get(url("t1", "checkpoints"), {"filter": text}), 400, "invalid_parameter"
+        )
+        assert refused["details"] == {"parameter": "filter"}
     error(api.get(url("t1", "checkpoints"), {"shape": "x"}), 400, "unknown_parameter")
     error(api.get(url("bad%20id", "checkpoints")), 400, "invalid_path_parameter")
 
