@@ -2,9 +2,10 @@
 
 It authenticates the API key, resolves ``{app}`` from the URL against the key's app (another
 app answers 404, exactly like a missing one), validates the other path segments, checks the
-key's scope for the method, rejects unknown and undecodable query parameters, and hands
-subclasses only querysets already filtered by app (and by user where the URL has ``{user}``).
-Subclasses cannot override ``get_queryset``: the class refuses to be defined if they try.
+key's scope for the method, rejects unknown, repeated and undecodable query parameters, and
+hands subclasses only querysets already filtered by app (and by user where the URL has
+``{user}``). Subclasses cannot override ``get_queryset``: the class refuses to be defined if
+they try.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class AppScopedView(GenericAPIView):
     tool_capabilities: dict[str, str] = {}
     #: Query parameters this endpoint understands; anything else is a 400.
     allowed_query_params: frozenset[str] = frozenset()
+    #: Those of them that may be given more than once (the schema's array parameters); any
+    #: other given twice is a 400, never read by its last value.
+    repeatable_query_params: frozenset[str] = frozenset()
     #: Field paths from the model to its app and to its user id.
     app_field: str = "app"
     user_field: str | None = "user_id"
@@ -79,7 +83,8 @@ class AppScopedView(GenericAPIView):
 
     def check_query(self, request) -> None:
         """Every query parameter decodes as UTF-8 (a ``%ED%A0%80`` or ``%FF`` is refused, not
-        read as U+FFFD) and is one this endpoint understands."""
+        read as U+FFFD), is one this endpoint understands, and is given once unless it is
+        repeatable."""
         undecodable = _undecodable_parameter(request.META.get("QUERY_STRING", ""))
         if undecodable is not None:
             raise ServiceError(
@@ -96,6 +101,18 @@ class AppScopedView(GenericAPIView):
                     "unknown": [echoed(name) for name in unknown[:MAX_ECHOED]],
                     "allowed": sorted(self.allowed_query_params),
                 },
+            )
+        repeated = sorted(
+            name
+            for name, values in request.query_params.lists()
+            if len(values) > 1 and name not in self.repeatable_query_params
+        )
+        if repeated:
+            # Which of the values a proxy in front reads is anyone's guess: none is read.
+            raise ServiceError(
+                "invalid_parameter",
+                f"{repeated[0]} must be given once",
+                details={"parameter": repeated[0]},
             )
 
     def _check_tool_token(self, token: DelegatedCredential, method: str, kwargs: dict) -> None:

@@ -416,3 +416,50 @@ def test_every_operation_is_covered():
     assert len(BODY_OPERATIONS) >= 25
     assert ("/api/v1/apps/{app}/threads/{thread}/checkpoints", "get") in QUERY_OPERATIONS
     assert ("/api/v1/apps/{app}/users/{user}/memories", "get") in QUERY_OPERATIONS
+
+
+# ----------------------------------------------------------------------------- repeats
+
+
+def query_parameters(path: str, method: str) -> list[dict]:
+    return [p for p in operation(path, method).get("parameters", ()) if p["in"] == "query"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "method"), QUERY_OPERATIONS)
+def test_a_repeated_query_parameter_is_refused(path, method, owner):
+    """Each query parameter of each operation, given twice (the same value or two): 400
+    ``invalid_parameter`` naming it — never read by its last value. Only a parameter the
+    schema documents as an array may repeat."""
+    client = owner.client()
+    client.post(f"{BASE}/sessions", {"session_id": SAMPLE["sid"]}, format="json")
+    body = json_body(operation(path, method))
+    data = encoded(body) if body is not None else b""
+    for parameter in query_parameters(path, method):
+        name = parameter["name"]
+        for values in (("1", "1"), ("1", "2")):
+            url = f"{schema_url(path)}?{name}={values[0]}&{name}={values[1]}"
+            answer = client.generic(method.upper(), url, data, content_type="application/json")
+            where = (method, url, answer.status_code, answer.content[:300])
+            if parameter.get("schema", {}).get("type") == "array":
+                assert answer.status_code < 500, where
+                continue
+            assert answer.status_code == 400, where
+            error = answer.json()["error"]
+            assert error["code"] == "invalid_parameter", where
+            assert error["details"] == {"parameter": name}, where
+            assert error["message"] == f"{name} must be given once", where
+
+
+@pytest.mark.django_db
+def test_a_repeated_parameter_is_refused_on_the_console_side_too(owner, staff_client):
+    """The diagnostics door, with a key and as a logged-in operator."""
+    url = "/dev/v1/context/acme/alice/s1?max_bytes=100&max_bytes=200"
+    for client in (owner.client(), staff_client):
+        answer = client.get(url)
+        assert answer.status_code == 400, answer.content[:300]
+        error = answer.json()["error"]
+        assert (error["code"], error["details"]) == (
+            "invalid_parameter",
+            {"parameter": "max_bytes"},
+        )
