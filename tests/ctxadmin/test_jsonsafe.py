@@ -26,6 +26,7 @@ def refused(raw: bytes, **kwargs) -> JsonInputError:
         (rb'{"\udc00x": null}', "\\udc00x"),
         # A high surrogate followed by a non-low one stays two characters, the first lone.
         (rb'{"a": "\ud800\u0041"}', "a"),
+        (rb'{"upper": "\uDFFF"}', "upper"),
     ],
 )
 def test_a_lone_surrogate_is_refused_where_it_is(raw, field):
@@ -39,6 +40,10 @@ def test_a_lone_surrogate_is_refused_where_it_is(raw, field):
 
 def test_a_pair_of_surrogates_is_one_character_and_accepted():
     assert loads_strict(rb'{"\ud83d\ude00": "\ud83d\ude00"}', 32) == {"\U0001f600": "\U0001f600"}
+
+
+def test_a_backslash_before_u_is_text_not_a_surrogate():
+    assert loads_strict(rb'{"path": "C:\\ud800"}', 32) == {"path": "C:\\ud800"}
 
 
 def test_a_nul_is_refused_where_it_is():
