@@ -8,12 +8,12 @@ Pure: no Django, no database, no app; a refusal is ``ctxadmin.errors.invalid``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from ctxadmin.api.jsonsafe import JsonInputError, loads_strict
 from ctxadmin.errors import invalid, strict_object
 from ctxadmin.pruning import echoed, is_secret_key
 from memory import filters as memory_filters
@@ -159,14 +159,18 @@ def parse_search(body: Any) -> SearchRequest:
     return SearchRequest(query, mode, sql, params, limit, min_score, weights)
 
 
+# The filter language nests three levels at most ({key: {"$in": [...]}}).
+MAX_LIST_FILTER_DEPTH = 8
+
+
 def parse_list_filter(raw: str | None) -> tuple[str, list]:
     """``?filter=`` of the memory list: the search's filter object, as JSON text."""
     if raw is None:
         return "", []
     try:
-        value = json.loads(raw)
-    except ValueError:
-        raise invalid("filter", "must be a JSON object (URL-encoded)") from None
+        value = loads_strict(raw.encode("utf-8"), MAX_LIST_FILTER_DEPTH, name="filter")
+    except JsonInputError as error:
+        raise invalid("filter", f"must be a JSON object (URL-encoded); {error.message}") from None
     try:
         return memory_filters.compile_filter(value)
     except memory_filters.FilterError as exc:

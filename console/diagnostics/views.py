@@ -22,7 +22,6 @@ from ctxadmin.api.views import AppScopedView
 from ctxadmin.auth import ApiKeyAuthentication
 from ctxadmin.errors import ServiceError
 from ctxadmin.models import SCOPE_CACHE, SCOPE_DIAGNOSTICS, SCOPE_MEMORY, App
-from ctxadmin.pruning import MAX_ECHOED, echoed
 from memory import inputs as memory_inputs
 
 ERASED_BY_LENGTH = 10  # ``ErasureReceipt.erased_by``
@@ -85,16 +84,7 @@ class DiagnosticsView(AppScopedView):
         tenant = App.objects.filter(name=kwargs.get("app")).first()
         if tenant is None:
             raise exceptions.NotFound()
-        unknown = sorted(set(request.query_params) - self.allowed_query_params)
-        if unknown:
-            raise ServiceError(
-                "unknown_parameter",
-                f"unknown query parameter {echoed(unknown[0])!r}",
-                details={
-                    "unknown": [echoed(name) for name in unknown[:MAX_ECHOED]],
-                    "allowed": sorted(self.allowed_query_params),
-                },
-            )
+        self.check_query(request)
         self.tenant = tenant
         self.user_id = kwargs.get("user")
         self.actor = operator_actor(operator)

@@ -17,4 +17,4 @@ class StrictJSONParser(JSONParser):
         try:
             return loads_strict(raw, settings.CTXADMIN_MAX_JSON_DEPTH)
         except JsonInputError as exc:
-            raise ServiceError(exc.code, exc.message) from None
+            raise ServiceError(exc.code, exc.message, details=exc.details) from None

@@ -2,12 +2,15 @@
 
 It authenticates the API key, resolves ``{app}`` from the URL against the key's app (another
 app answers 404, exactly like a missing one), validates the other path segments, checks the
-key's scope for the method, rejects unknown query parameters, and hands subclasses only
-querysets already filtered by app (and by user where the URL has ``{user}``). Subclasses
-cannot override ``get_queryset``: the class refuses to be defined if they try.
+key's scope for the method, rejects unknown, repeated and undecodable query parameters, and
+hands subclasses only querysets already filtered by app (and by user where the URL has
+``{user}``). Subclasses cannot override ``get_queryset``: the class refuses to be defined if
+they try.
 """
 
 from __future__ import annotations
+
+from urllib.parse import unquote_to_bytes
 
 from rest_framework import exceptions
 from rest_framework.generics import GenericAPIView
@@ -27,6 +30,9 @@ class AppScopedView(GenericAPIView):
     tool_capabilities: dict[str, str] = {}
     #: Query parameters this endpoint understands; anything else is a 400.
     allowed_query_params: frozenset[str] = frozenset()
+    #: Those of them that may be given more than once (the schema's array parameters); any
+    #: other given twice is a 400, never read by its last value.
+    repeatable_query_params: frozenset[str] = frozenset()
     #: Field paths from the model to its app and to its user id.
     app_field: str = "app"
     user_field: str | None = "user_id"
@@ -71,6 +77,21 @@ class AppScopedView(GenericAPIView):
         if request.method == "OPTIONS" or not hasattr(self, request.method.lower()):
             # A method the endpoint does not have is a 405, whatever its query string says.
             raise exceptions.MethodNotAllowed(request.method)
+        self.check_query(request)
+        self.tenant = key.app
+        self.user_id = kwargs.get("user")
+
+    def check_query(self, request) -> None:
+        """Every query parameter decodes as UTF-8 (a ``%ED%A0%80`` or ``%FF`` is refused, not
+        read as U+FFFD), is one this endpoint understands, and is given once unless it is
+        repeatable."""
+        undecodable = _undecodable_parameter(request.META.get("QUERY_STRING", ""))
+        if undecodable is not None:
+            raise ServiceError(
+                "invalid_parameter",
+                f"query parameter '{undecodable}' is not valid UTF-8 once percent-decoded",
+                details={"parameter": undecodable},
+            )
         unknown = sorted(set(request.query_params) - self.allowed_query_params)
         if unknown:
             raise ServiceError(
@@ -81,8 +102,18 @@ class AppScopedView(GenericAPIView):
                     "allowed": sorted(self.allowed_query_params),
                 },
             )
-        self.tenant = key.app
-        self.user_id = kwargs.get("user")
+        repeated = sorted(
+            name
+            for name, values in request.query_params.lists()
+            if len(values) > 1 and name not in self.repeatable_query_params
+        )
+        if repeated:
+            # Which of the values a proxy in front reads is anyone's guess: none is read.
+            raise ServiceError(
+                "invalid_parameter",
+                f"{repeated[0]} must be given once",
+                details={"parameter": repeated[0]},
+            )
 
     def _check_tool_token(self, token: DelegatedCredential, method: str, kwargs: dict) -> None:
         """A delegated credential (a tool or user token) reaches only its own user and session
@@ -115,3 +146,18 @@ class AppScopedView(GenericAPIView):
     def filter_scoped(self, queryset):
         """Narrow the already scoped queryset further (e.g. by session)."""
         return queryset
+
+
+def _undecodable_parameter(query_string: str) -> str | None:
+    """The name (escaped, bounded) of the first query parameter whose name or value is not
+    UTF-8 once percent-decoded, or None. WSGI hands the query string over as Latin-1."""
+    raw = query_string.encode("iso-8859-1", "replace")
+    for part in raw.split(b"&"):
+        name, _, value = part.partition(b"=")
+        for piece in (name, value):
+            try:
+                unquote_to_bytes(piece.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                decoded = unquote_to_bytes(name.replace(b"+", b" "))
+                return echoed(decoded.decode("utf-8", "backslashreplace"))
+    return None

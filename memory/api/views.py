@@ -110,15 +110,15 @@ class MemoryListView(MemoryScopedView):
     def delete(self, request, app, user):
         _refuse_params(request, PAGINATION_QUERY_PARAMS | {"filter"})
         key_prefix = request.auth.prefix
-        sessions = request.query_params.getlist("session_id")
-        if not sessions:
+        session = request.query_params.get("session_id")
+        if session is None:
             inputs.parse_user_confirmation(request.data, user)
             return Response(erasure.erase_user(self.tenant, user, key_prefix))
-        if len(sessions) > 1 or path_segment_error("sid", sessions[0]):
+        if path_segment_error("sid", session):
             raise invalid("session_id", "must be one session id")
         if request.data:
             raise invalid("body", "erasing a session takes no body")
-        return Response(erasure.erase_session(self.tenant, user, sessions[0], key_prefix))
+        return Response(erasure.erase_session(self.tenant, user, session, key_prefix))
 
 
 def _refuse_params(request, names) -> None:

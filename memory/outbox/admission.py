@@ -91,8 +91,9 @@ def _check_limits(
     cursor, app: App, user_id: str, payload_bytes: int, *, revive: bool = False
 ) -> None:
     """Under the admission lock: the cap on all rows (not for a job admitted again, which
-    replaces its own row), then the active limits per scope, then the global ones. The first
-    limit that would be exceeded is named."""
+    replaces its own row), then the active limits per scope, per app, then the global ones.
+    The first limit that would be exceeded is named, with when to try again (active jobs end
+    as workers drain them: the sweep's period)."""
     cursor.execute("SELECT coalesce((SELECT total FROM memory_outboxrows WHERE id = 1), 0)")
     rows = int(cursor.fetchone()[0])
     cap = settings.CTXADMIN_OUTBOX_MAX_ROWS
@@ -107,26 +108,30 @@ def _check_limits(
         f"""
         SELECT count(*) FILTER (WHERE app_id = %s AND user_id = %s),
                coalesce(sum(payload_bytes) FILTER (WHERE app_id = %s AND user_id = %s), 0),
+               count(*) FILTER (WHERE app_id = %s),
                count(*), coalesce(sum(payload_bytes), 0)
           FROM memory_outboxjob WHERE phase IN {ACTIVE_SQL}
         """,  # noqa: S608 - constant phases
-        [app.pk, user_id, app.pk, user_id],
+        [app.pk, user_id, app.pk, user_id, app.pk],
     )
-    scope_jobs, scope_bytes, all_jobs, all_bytes = cursor.fetchone()
+    scope_jobs, scope_bytes, app_jobs, all_jobs, all_bytes = cursor.fetchone()
     limits = (
         ("active_jobs_per_scope", scope_jobs + 1, "This user has", "jobs waiting"),
         ("active_bytes_per_scope", scope_bytes + payload_bytes, "This user's jobs hold", "bytes"),
+        ("active_jobs_per_app", app_jobs + 1, "This app has", "jobs waiting"),
         ("active_jobs", all_jobs + 1, "The deployment has", "jobs waiting"),
         ("active_bytes", all_bytes + payload_bytes, "The deployment's jobs hold", "bytes"),
     )
     for limit, wanted, who, what in limits:
         maximum = getattr(settings, f"CTXADMIN_OUTBOX_MAX_{limit.upper()}")
         if wanted > maximum:
+            retry_after = settings.CTXADMIN_OUTBOX_SWEEP_SECONDS
             raise ServiceError(
                 "outbox_capacity_exceeded",
                 f"{who} as many ingestion {what} as allowed ({limit}: {maximum}).",
                 status_code=429,
-                details={"limit": limit, "maximum": maximum},
+                details={"limit": limit, "maximum": maximum, "retry_after_s": retry_after},
+                headers={"Retry-After": str(retry_after)},
             )
 
 

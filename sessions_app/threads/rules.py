@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ctxadmin.api.jsonsafe import JsonInputError, loads_strict
 from ctxadmin.canonical import canonical_size
 from ctxadmin.pruning import echoed
 
@@ -29,6 +30,7 @@ MAX_WRITES = 1000  # writes per put_writes call
 MAX_METADATA_BYTES = 64 * 1024
 MAX_FILTER_BYTES = 16 * 1024
 MAX_FILTER_KEYS = 32
+MAX_FILTER_DEPTH = 32
 # LangGraph's special channels keep negative indexes and are replaced, not kept, on a repeat.
 MIN_WRITE_INDEX = -1000
 MAX_WRITE_INDEX = 1_000_000
@@ -254,9 +256,9 @@ def parse_filter(raw: str | None) -> dict | None:
     if len(raw.encode()) > MAX_FILTER_BYTES:
         raise RuleError("filter", f"at most {MAX_FILTER_BYTES} bytes")
     try:
-        value = json.loads(raw)
-    except ValueError:
-        raise RuleError("filter", "must be a JSON object") from None
+        value = loads_strict(raw.encode("utf-8"), MAX_FILTER_DEPTH, name="filter")
+    except JsonInputError as error:
+        raise RuleError("filter", f"must be a JSON object; {error.message}") from None
     if not isinstance(value, dict):
         raise RuleError("filter", "must be a JSON object")
     if len(value) > MAX_FILTER_KEYS:

@@ -47,7 +47,8 @@ class PutResult:
 def put_checkpoint(app: App, thread_id: str, put: rules.CheckpointPut) -> PutResult:
     """Store the checkpoint (a repeat of its id replaces it) and the blobs of its new channel
     versions (a blob already stored for that channel version is kept), then prune the
-    namespace's checkpoints beyond ``CTXADMIN_THREAD_CHECKPOINTS_KEEP``."""
+    namespace's checkpoints beyond ``CTXADMIN_THREAD_CHECKPOINTS_KEEP`` and what no kept
+    checkpoint reads."""
     with transaction.atomic():
         thread = _locked_thread(app, thread_id)
         rows = [
@@ -88,34 +89,46 @@ WHERE thread_id = %(thread)s AND checkpoint_ns = %(ns)s
     SELECT checkpoint_id FROM threads_threadcheckpoint
     WHERE thread_id = %(thread)s AND checkpoint_ns = %(ns)s
     ORDER BY checkpoint_id DESC OFFSET %(keep)s - 1 LIMIT 1)
-RETURNING checkpoint_id
 """
+# A write against a checkpoint the namespace does not hold, below its newest one, is
+# unreachable: its checkpoint was pruned (the write may have come after), or it will never
+# come (ids grow with time). A write ahead of the newest is kept: LangGraph may send a
+# task's writes before the put of their checkpoint arrives. NOT IN over the namespace's
+# ids is one hashed lookup per write, whatever the planner's statistics say.
 _PRUNE_WRITES = """
 DELETE FROM threads_threadwrite
-WHERE thread_id = %(thread)s AND checkpoint_ns = %(ns)s AND checkpoint_id = ANY(%(ids)s)
+WHERE thread_id = %(thread)s AND checkpoint_ns = %(ns)s
+  AND checkpoint_id < (
+    SELECT max(checkpoint_id) FROM threads_threadcheckpoint
+    WHERE thread_id = %(thread)s AND checkpoint_ns = %(ns)s)
+  AND checkpoint_id NOT IN (
+    SELECT checkpoint_id FROM threads_threadcheckpoint
+    WHERE thread_id = %(thread)s AND checkpoint_ns = %(ns)s)
 """
-# A blob no kept checkpoint of its namespace names is unreachable.
+# A blob no kept checkpoint of its namespace names is unreachable (versions are strings,
+# never null, so NOT IN is exact).
 _PRUNE_BLOBS = """
-DELETE FROM threads_threadblob b
-WHERE b.thread_id = %(thread)s AND b.checkpoint_ns = %(ns)s
-  AND NOT EXISTS (
-    SELECT 1 FROM threads_threadcheckpoint c
-    WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
-      AND c.channel_versions ->> b.channel = b.version)
+DELETE FROM threads_threadblob
+WHERE thread_id = %(thread)s AND checkpoint_ns = %(ns)s
+  AND (channel, version) NOT IN (
+    SELECT v.channel, v.version
+    FROM threads_threadcheckpoint c, jsonb_each_text(c.channel_versions) AS v(channel, version)
+    WHERE c.thread_id = %(thread)s AND c.checkpoint_ns = %(ns)s)
 """
 
 
 def _prune(thread_pk: int, ns: str, keep: int) -> int:
-    """Delete the namespace's checkpoints older than its ``keep`` newest, their writes and
-    the blobs no kept checkpoint names; the number of checkpoints deleted."""
+    """Delete the namespace's checkpoints older than its ``keep`` newest, every write no kept
+    checkpoint can read and every blob no kept checkpoint names (a pruned or replaced
+    checkpoint's, one sent for a version its checkpoint does not name); the number of
+    checkpoints deleted."""
     params = {"thread": thread_pk, "ns": ns, "keep": keep}
     with connection.cursor() as cursor:
         cursor.execute(_PRUNE_CHECKPOINTS, params)
-        ids = [row[0] for row in cursor.fetchall()]
-        if ids:
-            cursor.execute(_PRUNE_WRITES, {**params, "ids": ids})
-            cursor.execute(_PRUNE_BLOBS, params)
-    return len(ids)
+        pruned = cursor.rowcount
+        cursor.execute(_PRUNE_WRITES, params)
+        cursor.execute(_PRUNE_BLOBS, params)
+    return pruned
 
 
 def put_writes(app: App, thread_id: str, checkpoint_id: str, put: rules.WritesPut) -> int:

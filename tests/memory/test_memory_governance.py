@@ -97,7 +97,6 @@ class TestSessionErasure:
         ("query", "body", "field"),
         [
             ("session_id=../x", None, "session_id"),
-            ("session_id=a&session_id=b", None, "session_id"),
             ("session_id=s1", {"confirm": "erase user alice"}, "body"),
         ],
     )
@@ -106,6 +105,17 @@ class TestSessionErasure:
         result = api.delete(f"{url()}?{query}", body, format="json")
         assert result.status_code == 400
         assert result.json()["error"]["details"]["field"] == field
+        assert MemoryEntry.objects.count() == 1
+
+    def test_a_repeated_session_is_refused_by_the_one_rule(self, api):
+        add(api, content="x", provenance={"session_id": "a"})
+        result = api.delete(f"{url()}?session_id=a&session_id=b")
+        assert result.status_code == 400
+        error = result.json()["error"]
+        assert (error["code"], error["details"]) == (
+            "invalid_parameter",
+            {"parameter": "session_id"},
+        )
         assert MemoryEntry.objects.count() == 1
 
     def test_add_takes_no_query_parameter(self, api):

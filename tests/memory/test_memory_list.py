@@ -61,6 +61,10 @@ def test_filters_as_search_does_and_leaves_expired_entries_out(owner):
     ("query", "code", "field"),
     [
         ("filter=not-json", "validation_error", "filter"),
+        # A lone surrogate, as a key or a value (the key was a 500); nesting past the language.
+        ("filter=" + quote('{"\\ud800": 1}'), "validation_error", "filter"),
+        ("filter=" + quote('{"k": "\\udfff"}'), "validation_error", "filter"),
+        ("filter=" + quote("[" * 5000), "validation_error", "filter"),
         (f"filter={quote(json.dumps({'k': {'$regex': 'a'}}))}", "validation_error", None),
         ("session_id=s1", "unknown_parameter", None),
         ("colour=red", "unknown_parameter", None),

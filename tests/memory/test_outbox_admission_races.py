@@ -1,7 +1,7 @@
 """Outbox admissions at once, from many threads, past every cap: active jobs and bytes per
-scope and in the deployment, and the cap on all rows; with duplicates and a revived job in
-the crowd. What is sampled from the outbox while they run never exceeds a cap, and every
-answer is a 202, a deduplicated 200, or a 429 naming its limit."""
+scope, active jobs per app, both in the deployment, and the cap on all rows; with duplicates
+and a revived job in the crowd. What is sampled from the outbox while they run never exceeds
+a cap, and every answer is a 202, a deduplicated 200, or a 429 naming its limit."""
 
 from __future__ import annotations
 
@@ -129,6 +129,27 @@ def test_job_caps_per_scope_and_in_the_deployment_hold_across_apps(settings):
     assert OutboxJob.objects.filter(phase="pending").count() == 5
     for app, user in (("acme", "alice"), ("acme", "bob"), ("globex", "alice")):
         assert OutboxJob.objects.filter(app__name=app, user_id=user).count() <= 3
+
+
+def test_the_cap_per_app_holds_across_its_users_and_spares_other_apps(settings):
+    """Twelve of one app's users and four of another's at once, the first app capped at
+    four open jobs: exactly four of its admissions are taken (the cap is checked under the
+    admission lock: no overshoot at all), the other app's all are."""
+    settings.CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS_PER_APP = 4
+    tenants = {"acme": make_tenant("acme"), "globex": make_tenant("globex")}
+    layout = {("acme", f"u{n:02d}"): 1 for n in range(12)}
+    made = sessions(tenants, {**layout, **{("globex", f"u{n}"): 1 for n in range(4)}})
+    per_app = (
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM memory_outboxjob "
+        "WHERE phase IN ('pending', 'running', 'retry') GROUP BY app_id) apps"
+    )
+    with Sampler(per_app) as sampled:
+        answers = at_once(tenants, made)
+    assert sampled.highest[0] <= 4
+    acme = limits_of(answers[:12])
+    assert acme == Counter({202: 4, "active_jobs_per_app": 8}), acme
+    assert limits_of(answers[12:]) == Counter({202: 4})
+    assert OutboxJob.objects.filter(app__name="acme").count() == 4
 
 
 def test_byte_caps_per_scope_and_in_the_deployment_hold(settings):

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
+from django.test import override_settings
 
 from memory.models import OutboxJob
 from memory.outbox import operations, worker
@@ -124,7 +125,41 @@ class TestLimitsCapAndPruning:
         session_with_events(api, "acme", "alice", "big", 5)
         refused = admit(api, "acme", "alice", "big", status=429).json()["error"]
         assert refused["code"] == "outbox_capacity_exceeded"
-        assert refused["details"] == {"limit": "active_bytes_per_scope", "maximum": 200}
+        assert refused["details"] == {
+            "limit": "active_bytes_per_scope",
+            "maximum": 200,
+            "retry_after_s": 10,
+        }
+
+    @override_settings(CTXADMIN_OUTBOX_MAX_ACTIVE_JOBS_PER_APP=3, CTXADMIN_OUTBOX_SWEEP_SECONDS=7)
+    def test_an_app_has_at_most_its_cap_of_open_jobs_whatever_its_users(self, api, owner):
+        """Across the app's users (each far below its own cap): the fourth open job is 429
+        ``outbox_capacity_exceeded`` naming ``active_jobs_per_app``, with when to retry;
+        another app is not held back; a duplicate is never refused; once a job ends, room."""
+        for user in ("alice", "bob", "carol", "dave"):
+            session_with_events(api, "acme", user, "s", 1)
+        ids = [admit(api, "acme", user, "s").json()["job_id"] for user in ("alice", "bob")]
+        admit(api, "acme", "carol", "s")
+        refused = admit(api, "acme", "dave", "s", status=429)
+        error = refused.json()["error"]
+        assert error["code"] == "outbox_capacity_exceeded"
+        assert error["details"] == {
+            "limit": "active_jobs_per_app",
+            "maximum": 3,
+            "retry_after_s": 7,
+        }
+        assert "This app has" in error["message"] and refused["Retry-After"] == "7"
+        assert OutboxJob.objects.filter(user_id="dave").count() == 0  # nothing half-applied
+        admit(api, "acme", "alice", "s", status=200)  # the same job, deduplicated
+        other = make_tenant("globex").client()
+        session_with_events(other, "globex", "alice", "s", 1)
+        admit(other, "globex", "alice", "s")
+        # A running job is open too; an ended one is not.
+        OutboxJob.objects.filter(pk=ids[0]).update(phase=OutboxJob.RUNNING)
+        admit(api, "acme", "dave", "s", status=429)
+        operations.cancel(owner.app, ids[1])
+        admit(api, "acme", "dave", "s")
+        assert OutboxJob.objects.filter(app__name="acme", phase__in=OutboxJob.ACTIVE).count() == 3
 
     def test_the_cap_refuses_until_pruning_frees_room(self, api, settings):
         settings.CTXADMIN_OUTBOX_MAX_ROWS = 3
@@ -207,7 +242,7 @@ class TestConcurrentAdmission:
         assert OutboxJob.objects.filter(phase="pending").count() == 4
         session_with_events(client, "acme", "dave", "s", 1)
         refused = admit(client, "acme", "dave", "s", status=429).json()["error"]
-        assert refused["details"] == {"limit": "active_jobs", "maximum": 4}
+        assert refused["details"] == {"limit": "active_jobs", "maximum": 4, "retry_after_s": 10}
 
     def test_the_drain_task_takes_ids_only(self):
         with pytest.raises(TypeError):

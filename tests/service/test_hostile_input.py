@@ -8,14 +8,17 @@ never a 5xx — with the app's own key, holding every scope."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import yaml
 from django.conf import settings
 
 from tests.service.test_authorization_matrix import MATRIX
-from tests.service.test_tenant_isolation import fill
+from tests.service.test_tenant_isolation import SAMPLE, fill
 
 BODIES = {
     "malformed": b'{"a": ',
@@ -45,6 +48,7 @@ SEGMENTS = {
     "overlong utf-8 dots": "%C0%AE%C0%AE",
     "backslash traversal": quote("..\\..\\keys"),
     "invalid utf-8": "%FF%FE",
+    "lone surrogate": "%ED%A0%80",
     "nul": "a%00b",
     "newline": "alice%0A",
     "path parameter": "alice;x=1",
@@ -212,8 +216,6 @@ def test_a_nested_key_or_value_is_echoed_bounded_and_never_as_a_credential(
     method, path, body, owner
 ):
     """Where an error names a key or value the client sent deep in a body."""
-    import json
-
     client = owner.client()
     client.post(f"{BASE}/sessions", {"session_id": "s1"}, format="json")
     for key in (CREDENTIAL, LONG):
@@ -250,3 +252,214 @@ def test_an_unknown_query_parameter_or_duplicate_key_is_echoed_bounded(owner, st
     # A normal key is still named in full, in the message and in details.field.
     answer = client.post(f"{BASE}/sessions", {"session_id": "s9", "colour": 1}, format="json")
     assert answer.json()["error"]["details"] == {"field": "colour"}, answer.content
+
+
+# ----------------------------------------------------------------------------- surrogates
+
+# A lone surrogate: valid JSON text as an escape, but no UTF-8 can encode it (the database
+# cannot store it, the answer that echoes it cannot be written). On the wire of a query
+# string or a path it is the three bytes of its would-be UTF-8 form, which are not UTF-8.
+SURROGATE = "\ud800"
+ENCODED_SURROGATE = "%ED%A0%80"
+SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[2] / "docs/openapi.yaml").read_text())
+OPERATIONS = [
+    (path, method, operation)
+    for path, methods in SCHEMA["paths"].items()
+    for method, operation in methods.items()
+    if method in ("get", "post", "put", "patch", "delete")
+]
+
+
+def schema_url(path: str) -> str:
+    return re.sub(r"\{(\w+)\}", lambda m: "acme" if m[1] == "app" else SAMPLE[m[1]], path)
+
+
+def resolved(schema: dict) -> dict:
+    while "$ref" in schema:
+        schema = SCHEMA["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+    return schema
+
+
+def instance(schema: dict, depth: int = 0):
+    """A value of ``schema`` with every property it names filled: every string field of a
+    body is then a place to plant a surrogate in."""
+    schema = resolved(schema)
+    if depth > 8:
+        return None
+    if "oneOf" in schema or "anyOf" in schema:
+        return instance((schema.get("oneOf") or schema["anyOf"])[0], depth + 1)
+    if "allOf" in schema:
+        merged: dict = {}
+        for part in schema["allOf"]:
+            value = instance(part, depth + 1)
+            merged.update(value if isinstance(value, dict) else {})
+        return merged
+    choices = [choice for choice in schema.get("enum", ()) if choice is not None]
+    if choices:
+        return choices[0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next(one for one in kind if one != "null")
+    if kind == "object" or "properties" in schema:
+        value = {
+            name: instance(child, depth + 1)
+            for name, child in schema.get("properties", {}).items()
+            if not child.get("readOnly")
+        }
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict) and not value:
+            value["k"] = instance(extra, depth + 1)
+        return value
+    if kind == "array":
+        return [instance(schema.get("items", {}), depth + 1)]
+    if kind == "integer" or kind == "number":
+        return max(1, schema.get("minimum", 1))
+    if kind == "boolean":
+        return False
+    return "x"
+
+
+def planted(value, path: str = ""):
+    """``(field, body)`` for each place of ``value`` a surrogate can be: in every string,
+    alone and after text, and as a new key of every object; ``field`` names it as the error
+    must (``a.b[0]``; the whole body is ``body``)."""
+    if isinstance(value, str):
+        yield path or "body", SURROGATE
+        yield path or "body", value + SURROGATE
+    elif isinstance(value, dict):
+        for key, child in value.items():
+            for field, body in planted(child, f"{path}.{key}" if path else key):
+                yield field, {**value, key: body}
+        key = "\\ud800"  # how an error names the key
+        yield (f"{path}.{key}" if path else key), {**value, SURROGATE: "x"}
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            for field, body in planted(child, f"{path}[{index}]"):
+                yield field, [*value[:index], body, *value[index + 1 :]]
+
+
+def json_body(operation: dict):
+    content = operation.get("requestBody", {}).get("content", {})
+    return (
+        instance(content["application/json"]["schema"]) if "application/json" in content else None
+    )
+
+
+BODY_OPERATIONS = [
+    (path, method) for path, method, operation in OPERATIONS if json_body(operation) is not None
+]
+QUERY_OPERATIONS = [
+    (path, method)
+    for path, method, operation in OPERATIONS
+    if any(parameter["in"] == "query" for parameter in operation.get("parameters", ()))
+]
+
+
+def operation(path: str, method: str) -> dict:
+    return SCHEMA["paths"][path][method]
+
+
+def encoded(value) -> bytes:
+    # json.dumps escapes the surrogate as \ud800: the JSON text itself is valid UTF-8.
+    return json.dumps(value).encode("utf-8")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "method"), BODY_OPERATIONS)
+def test_a_lone_surrogate_anywhere_in_a_body_is_refused_naming_where(path, method, owner):
+    """Every string field, every key, at any depth, of every operation with a JSON body:
+    400 ``invalid_characters`` with ``details.field`` where the parser found it. (The session
+    exists: a view may answer 404 for a missing one before it reads the body.)"""
+    client = owner.client()
+    client.post(f"{BASE}/sessions", {"session_id": SAMPLE["sid"]}, format="json")
+    places = list(planted(json_body(operation(path, method))))
+    assert places
+    for field, body in places:
+        answer = client.generic(
+            method.upper(), schema_url(path), encoded(body), content_type="application/json"
+        )
+        where = (method, path, field, answer.status_code, answer.content[:300])
+        assert answer.status_code == 400, where
+        error = answer.json()["error"]
+        assert error["code"] == "invalid_characters", where
+        assert error["details"] == {"field": field}, where
+        assert "surrogate" in error["message"], where
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "method"), QUERY_OPERATIONS)
+def test_a_lone_surrogate_in_a_query_parameter_is_refused(path, method, owner):
+    """Percent-encoded, it is not UTF-8: 400 ``invalid_parameter`` naming the parameter (not
+    read as U+FFFD). As a JSON escape in a parameter's text (a filter), a 4xx, never a 5xx."""
+    client = owner.client()
+    body = json_body(operation(path, method))
+    data = encoded(body) if body is not None else b""
+    names = [p["name"] for p in operation(path, method)["parameters"] if p["in"] == "query"]
+    for name in names:
+        url = f"{schema_url(path)}?{name}=a{ENCODED_SURROGATE}"
+        answer = client.generic(method.upper(), url, data, content_type="application/json")
+        where = (method, url, answer.status_code, answer.content[:300])
+        assert answer.status_code == 400, where
+        error = answer.json()["error"]
+        assert (error["code"], error["details"]) == ("invalid_parameter", {"parameter": name})
+        for text in ('{"a": "\\ud800"}', '{"\\ud800": 1}', '"\\udfff"'):
+            url = f"{schema_url(path)}?{name}={quote(text)}"
+            answer = client.generic(method.upper(), url, data, content_type="application/json")
+            where = (method, url, answer.status_code, answer.content[:300])
+            assert answer.status_code < 500, where
+            if answer.status_code >= 400:
+                assert answer.json()["error"]["code"], where
+
+
+def test_every_operation_is_covered():
+    """Generated from the schema: a new operation is covered without being listed here."""
+    assert len(BODY_OPERATIONS) >= 25
+    assert ("/api/v1/apps/{app}/threads/{thread}/checkpoints", "get") in QUERY_OPERATIONS
+    assert ("/api/v1/apps/{app}/users/{user}/memories", "get") in QUERY_OPERATIONS
+
+
+# ----------------------------------------------------------------------------- repeats
+
+
+def query_parameters(path: str, method: str) -> list[dict]:
+    return [p for p in operation(path, method).get("parameters", ()) if p["in"] == "query"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "method"), QUERY_OPERATIONS)
+def test_a_repeated_query_parameter_is_refused(path, method, owner):
+    """Each query parameter of each operation, given twice (the same value or two): 400
+    ``invalid_parameter`` naming it — never read by its last value. Only a parameter the
+    schema documents as an array may repeat."""
+    client = owner.client()
+    client.post(f"{BASE}/sessions", {"session_id": SAMPLE["sid"]}, format="json")
+    body = json_body(operation(path, method))
+    data = encoded(body) if body is not None else b""
+    for parameter in query_parameters(path, method):
+        name = parameter["name"]
+        for values in (("1", "1"), ("1", "2")):
+            url = f"{schema_url(path)}?{name}={values[0]}&{name}={values[1]}"
+            answer = client.generic(method.upper(), url, data, content_type="application/json")
+            where = (method, url, answer.status_code, answer.content[:300])
+            if parameter.get("schema", {}).get("type") == "array":
+                assert answer.status_code < 500, where
+                continue
+            assert answer.status_code == 400, where
+            error = answer.json()["error"]
+            assert error["code"] == "invalid_parameter", where
+            assert error["details"] == {"parameter": name}, where
+            assert error["message"] == f"{name} must be given once", where
+
+
+@pytest.mark.django_db
+def test_a_repeated_parameter_is_refused_on_the_console_side_too(owner, staff_client):
+    """The diagnostics door, with a key and as a logged-in operator."""
+    url = "/dev/v1/context/acme/alice/s1?max_bytes=100&max_bytes=200"
+    for client in (owner.client(), staff_client):
+        answer = client.get(url)
+        assert answer.status_code == 400, answer.content[:300]
+        error = answer.json()["error"]
+        assert (error["code"], error["details"]) == (
+            "invalid_parameter",
+            {"parameter": "max_bytes"},
+        )

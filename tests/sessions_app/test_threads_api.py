@@ -154,6 +154,67 @@ def test_a_put_prunes_older_checkpoints_their_writes_and_unreachable_blobs(owner
     assert {b["channel"] for b in got["blobs"]} == {"a", "keep"}
 
 
+def write(api, cid: str, data: bytes, ns: str = "", task: str = "x"):
+    body = {
+        "checkpoint_ns": ns,
+        "task_id": task,
+        "writes": [{"idx": 0, "channel": "a", **typed(data)}],
+    }
+    answer = api.post(url("t1", "checkpoints", cid, "writes"), body, format="json")
+    assert answer.status_code == 201, answer.content
+
+
+def named_blobs(ns: str) -> set[tuple[str, str]]:
+    return {
+        (channel, version)
+        for versions in ThreadCheckpoint.objects.filter(checkpoint_ns=ns).values_list(
+            "channel_versions", flat=True
+        )
+        for channel, version in versions.items()
+    }
+
+
+@override_settings(CTXADMIN_THREAD_CHECKPOINTS_KEEP=3)
+def test_after_many_puts_only_what_a_kept_checkpoint_reads_remains(owner):
+    """Orphans of every kind: a write that came after its checkpoint was pruned, a write
+    against an id never put, a replaced checkpoint's blob, a blob for a version no
+    checkpoint names. Only the blobs and writes of kept checkpoints remain (and a write
+    ahead of the newest checkpoint, which may still come), and each kept checkpoint reads
+    back whole. An orphan goes with the namespace's next put."""
+    api = owner.client()
+    for n in range(1, 13):
+        cid, parent = f"c{n:02}", f"c{n - 1:02}" if n > 1 else None
+        body = put_body(cid, parent, a=(str(n), b"a%d" % n), b=(str(n // 4), b"b%d" % (n // 4)))
+        body["blobs"].append({"channel": "stray", "version": str(n), **typed(b"unnamed")})
+        if n > 1:
+            write(api, f"{parent}x", b"never put")  # an id between checkpoints, never stored
+            write(api, "c01", b"late")  # its checkpoint pruned (from the fourth put on)
+        assert api.post(url("t1", "checkpoints"), body, format="json").status_code == 201
+        write(api, cid, b"w%d" % n)
+    write(api, "c99", b"ahead")  # ahead of the newest: its checkpoint may be on its way
+    # A namespace that never fills: a checkpoint replaced with other versions.
+    api.post(url("t1", "checkpoints"), put_body("c01", ns="sub", a=("1", b"old")), format="json")
+    api.post(url("t1", "checkpoints"), put_body("c01", ns="sub", a=("2", b"new")), format="json")
+
+    kept = ["c10", "c11", "c12"]
+    rows = ThreadCheckpoint.objects.filter(checkpoint_ns="").order_by("checkpoint_id")
+    assert [row.checkpoint_id for row in rows] == kept
+    for ns in ("", "sub"):
+        stored = set(ThreadBlob.objects.filter(checkpoint_ns=ns).values_list("channel", "version"))
+        assert stored == named_blobs(ns), ns
+    assert named_blobs("sub") == {("a", "2")}
+    assert sorted(
+        ThreadWrite.objects.filter(checkpoint_ns="").values_list("checkpoint_id", "data")
+    ) == [("c10", b"w10"), ("c11", b"w11"), ("c12", b"w12"), ("c99", b"ahead")]
+    for n, cid in enumerate(kept, start=10):
+        got = api.get(url("t1", "checkpoints", cid)).json()
+        blobs = {b["channel"]: base64.b64decode(b["data_base64"]) for b in got["blobs"]}
+        assert blobs == {"a": b"a%d" % n, "b": b"b%d" % (n // 4)}, cid
+        assert [base64.b64decode(w["data_base64"]) for w in got["writes"]] == [b"w%d" % n]
+    got = api.get(url("t1", "checkpoints", "c01"), {"checkpoint_ns": "sub"}).json()
+    assert [base64.b64decode(b["data_base64"]) for b in got["blobs"]] == [b"new"]
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -216,6 +277,12 @@ def test_bad_writes_filters_and_paths_are_refused(owner):
     )
     assert ThreadWrite.objects.count() == 0
     error(api.get(url("t1", "checkpoints"), {"filter": "[1]"}), 400, "invalid_parameter")
+    # A lone surrogate, as a key or a value, is no text a row can hold (it was a 500).
+    for text in ('{"\\ud800": 1}', '{"step": "\\udc00"}', '{"a": {"a": "a", "a": 1}}'):
+        refused = error(
+            api.get(url("t1", "checkpoints"), {"filter": text}), 400, "invalid_parameter"
+        )
+        assert refused["details"] == {"parameter": "filter"}
     error(api.get(url("t1", "checkpoints"), {"shape": "x"}), 400, "unknown_parameter")
     error(api.get(url("bad%20id", "checkpoints")), 400, "invalid_path_parameter")
 

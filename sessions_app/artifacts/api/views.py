@@ -66,19 +66,8 @@ class ArtifactsScopedView(AppScopedView):
             )
 
 
-def _once(request, name: str) -> str | None:
-    """The parameter's value; given twice it is refused, not read by its last value (which
-    one a proxy in front reads is anyone's guess)."""
-    given = request.query_params.getlist(name)
-    if len(given) > 1:
-        raise ServiceError(
-            "invalid_parameter", f"{name} must be given once", details={"parameter": name}
-        )
-    return given[0] if given else None
-
-
 def _format(request) -> str:
-    value = _once(request, "format")
+    value = request.query_params.get("format")  # given once: the base view sees to it
     if value is None:
         return "json"
     if value not in FORMATS:
@@ -91,7 +80,7 @@ def _format(request) -> str:
 
 
 def _version(request) -> int | None:
-    raw = _once(request, "version")
+    raw = request.query_params.get("version")
     if raw is None:
         return None
     if not raw.isascii() or not raw.isdigit() or len(raw) > 9:

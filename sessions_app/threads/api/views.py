@@ -25,17 +25,8 @@ class ThreadsScopedView(AppScopedView):
     user_field = None
 
 
-def _once(request, name: str) -> str | None:
-    given = request.query_params.getlist(name)
-    if len(given) > 1:
-        raise ServiceError(
-            "invalid_parameter", f"{name} must be given once", details={"parameter": name}
-        )
-    return given[0] if given else None
-
-
 def _parameter(request, name: str, parse):
-    value = _once(request, name)
+    value = request.query_params.get(name)  # given once: the base view sees to it
     if value is None:
         return None
     try:
