@@ -41,9 +41,28 @@ urlpatterns = [
 _API_PREFIXES = ("/api/", "/dev/")
 
 
+def _no_endpoint(path: str) -> str:
+    """What an unknown API path is told: the path (bounded), and the likely slip."""
+    from django.urls import Resolver404, resolve
+
+    from ctxadmin.pruning import echoed
+
+    message = f"No endpoint at {echoed(path, 120)!r}"
+    for other in (path.rstrip("/"), path + "/"):
+        if other != path:
+            try:
+                resolve(other)
+            except Resolver404:
+                continue
+            return f"{message}; did you mean {echoed(other, 120)!r}?"
+    if path.startswith("/api/") and not path.startswith("/api/v1/"):
+        return f"{message}: the API is under /api/v1/ (see /api/docs/)."
+    return f"{message} (see /api/docs/)."
+
+
 def handler404(request, exception=None):
     if request.path.startswith(_API_PREFIXES):
-        return error_response(404, "not_found", "Not found.")
+        return error_response(404, "not_found", _no_endpoint(request.path))
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)

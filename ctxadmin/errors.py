@@ -45,16 +45,30 @@ def invalid(path: str, message: str) -> ServiceError:
     return ServiceError("validation_error", f"{path}: {message}", details={"field": path})
 
 
-def not_found() -> ServiceError:
-    return ServiceError("not_found", "Not found.", status_code=404)
+def not_found(kind: str | None = None, ident: str | None = None, *, of: str = "") -> ServiceError:
+    """A 404 ``not_found``. With ``kind`` (and ``ident``, the id the caller sent), it names
+    what is missing — "Session 's1' of user 'alice' was not found." — from the request alone,
+    so another tenant's object reads exactly like a missing one."""
+    if kind is None:
+        return ServiceError("not_found", "Not found.", status_code=404)
+    what = kind.capitalize() if ident is None else f"{kind.capitalize()} {echoed(ident)!r}"
+    details = {"kind": kind} if ident is None else {"kind": kind, "id": echoed(ident)}
+    return ServiceError(
+        "not_found", f"{what}{' ' + of if of else ''} was not found.", status_code=404,
+        details=details,
+    )
 
 
-def uuid_or_404(value: str) -> uuid.UUID:
-    """A path's UUID; anything else names no object: 404 ``not_found``."""
+def session_not_found(user_id: str, session_id: str) -> ServiceError:
+    return not_found("session", session_id, of=f"of user {echoed(user_id)!r}")
+
+
+def uuid_or_404(value: str, kind: str | None = None) -> uuid.UUID:
+    """A path's UUID; anything else names no object: 404 ``not_found`` (naming ``kind``)."""
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise not_found() from None
+        raise not_found(kind, value) from None
 
 
 def strict_object(body: Any, allowed: frozenset[str] | set[str]) -> dict:

@@ -371,7 +371,7 @@ def _same_or_conflict(row, digest: str) -> dict:
 
 
 def get_memory(app: App, user_id: str, memory_id: str) -> dict:
-    key = uuid_or_404(memory_id)
+    key = uuid_or_404(memory_id, "memory")
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
@@ -380,7 +380,7 @@ def get_memory(app: App, user_id: str, memory_id: str) -> dict:
         )
         row = cursor.fetchone()
     if row is None:
-        raise not_found()
+        raise not_found("memory", memory_id, of=f"of user {echoed(user_id)!r}")
     return _entry(row)
 
 
@@ -409,14 +409,14 @@ def entries_by_id(ids: list) -> list[dict]:
 
 
 def delete_memory(app: App, user_id: str, memory_id: str) -> None:
-    key = uuid_or_404(memory_id)
+    key = uuid_or_404(memory_id, "memory")
     with connection.cursor() as cursor:
         cursor.execute(
             "DELETE FROM memory_memoryentry WHERE app_id = %s AND user_id = %s AND id = %s",
             [app.pk, user_id, key],
         )
         if cursor.rowcount == 0:
-            raise not_found()
+            raise not_found("memory", memory_id, of=f"of user {echoed(user_id)!r}")
 
 
 def list_memories(app: App, user_id: str, limit: int) -> list[dict]:

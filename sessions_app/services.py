@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ctxadmin.canonical import canonical_size
-from ctxadmin.errors import ServiceError, invalid, not_found
+from ctxadmin.errors import ServiceError, invalid, session_not_found
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
 from sessions_app import signals, store, telemetry
@@ -259,7 +259,7 @@ def _append_in_one_statement(
         now,
     )
     if not outcome.found:
-        raise not_found()
+        raise session_not_found(user_id, session_id)
     if not outcome.applied:
         return None
     _after_append(outcome.session_pk, outcome.automatic_compaction, prepared)
@@ -287,7 +287,7 @@ def _append_locked(
             app.pk, user_id, session_id, [item.event["event_id"] for item in prepared]
         )
         if locked is None:
-            raise not_found()
+            raise session_not_found(user_id, session_id)
         fresh: list[_Prepared] = []
         repeated: list[str] = []
         conflicting: list[str] = []
@@ -397,4 +397,4 @@ def delete_session(app: App, user_id: str, session_id: str) -> None:
     """Remove the session with its events (and, later, checkpoints); app and user state stay."""
     deleted, _ = Session.objects.filter(app=app, user_id=user_id, session_id=session_id).delete()
     if not deleted:
-        raise not_found()
+        raise session_not_found(user_id, session_id)

@@ -17,7 +17,7 @@ from rest_framework.generics import GenericAPIView
 
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.delegated import DelegatedCredential
-from ctxadmin.errors import ServiceError
+from ctxadmin.errors import ServiceError, not_found
 from ctxadmin.models import ApiKey, App
 from ctxadmin.pruning import MAX_ECHOED, echoed
 
@@ -61,7 +61,15 @@ class AppScopedView(GenericAPIView):
             if problem:
                 raise ServiceError("invalid_path_parameter", problem, details={"parameter": name})
         if key.app.name != kwargs.get("app"):
-            raise exceptions.NotFound()
+            # Named from the request and the caller's own key alone: another app reads
+            # exactly like a missing one.
+            raise ServiceError(
+                "not_found",
+                f"App {echoed(kwargs.get('app'))!r} was not found: this credential belongs "
+                f"to the app {key.app.name!r}.",
+                status_code=404,
+                details={"kind": "app", "id": echoed(kwargs.get("app"))},
+            )
         if tool_token is not None:
             self._check_tool_token(tool_token, request.method, kwargs)
         else:
@@ -120,10 +128,12 @@ class AppScopedView(GenericAPIView):
         (anything else is 404, as for another app), and only with the capability this
         endpoint needs."""
         if kwargs.get("user", token.bound_user_id) != token.bound_user_id:
-            raise exceptions.NotFound()
+            raise not_found("user", kwargs["user"], of="for this token (it reaches its own user)")
         bound_session = token.bound_session_id  # None: any session of its user
         if bound_session is not None and kwargs.get("sid", bound_session) != bound_session:
-            raise exceptions.NotFound()
+            raise not_found(
+                "session", kwargs["sid"], of="for this token (it reaches its own session)"
+            )
         needed = self.tool_capabilities.get(method, self.tool_capabilities.get("*"))
         if needed is None or needed not in token.capabilities:
             raise ServiceError(

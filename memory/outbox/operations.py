@@ -38,9 +38,9 @@ PRUNE_SQL = f"""
 
 
 def get_job(app: App, job_id: str) -> OutboxJob:
-    job = OutboxJob.objects.filter(pk=uuid_or_404(job_id), app=app).first()
+    job = OutboxJob.objects.filter(pk=uuid_or_404(job_id, "outbox job"), app=app).first()
     if job is None:
-        raise not_found()
+        raise not_found("outbox job", job_id)
     return job
 
 

@@ -10,12 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_json
-from ctxadmin.errors import ServiceError, invalid, not_found
+from ctxadmin.errors import ServiceError, invalid, not_found, session_not_found
 from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
+from ctxadmin.pruning import echoed
 from memory import entries, erasure
 from memory import inputs as memory_inputs
 from memory import search as memory_search
@@ -24,6 +23,7 @@ from runner.context import build_context
 from runner.inputs import parse_context_request
 from runner.mcp.caller import Caller
 from sessions_app import selectors, services
+from sessions_app import state as scopes
 from sessions_app.models import Event, Session
 
 #: Bytes of a tool's JSON result; memory hits beyond it are cut (and the result says so).
@@ -70,7 +70,7 @@ def user_of(caller: Caller, args: dict) -> str:
     user = args.get("user_id")
     if caller.delegated:
         if user is not None and user != caller.user_id:
-            raise not_found()
+            raise not_found("user", user, of="for this token (it reaches its own user)")
         return caller.user_id
     if user is None:
         raise invalid("user_id", "is required")
@@ -83,7 +83,7 @@ def user_of(caller: Caller, args: dict) -> str:
 def session_of(caller: Caller, args: dict) -> str:
     session_id = args.get("session_id", caller.session_id)
     if caller.session_id is not None and session_id != caller.session_id:
-        raise not_found()
+        raise not_found("session", session_id, of="for this token (it reaches its own session)")
     if session_id is None:
         raise invalid("session_id", "is required")
     problem = path_segment_error("sid", session_id)
@@ -95,7 +95,7 @@ def session_of(caller: Caller, args: dict) -> str:
 def _session(caller: Caller, user: str, session_id: str) -> Session:
     session = Session.objects.filter(app=caller.app, user_id=user, session_id=session_id).first()
     if session is None:
-        raise not_found()
+        raise session_not_found(user, session_id)
     session.app = caller.app
     return session
 
@@ -185,26 +185,35 @@ def session_events_tool(caller: Caller, args: dict) -> dict:
     return {"note": UNTRUSTED, "events": events, "next_after_seq": next_after}
 
 
+def session_create_tool(caller: Caller, args: dict) -> dict:
+    user = user_of(caller, args)
+    session_id = session_of(caller, args)
+    state = args.get("state", {})
+    refused = scopes.out_of_reach(state, caller.state_reach)
+    if refused is not None:
+        raise ServiceError(
+            "state_scope_denied",
+            f"state: this credential may not write {refused[1]} state ({echoed(refused[0])!r})",
+            status_code=403,
+            details={"field": "state", "key": echoed(refused[0]), "scope": refused[1]},
+        )
+    session, merged = services.create_session(caller.app, user, session_id, state)
+    return {"session_id": session.session_id, "revision": session.revision, "state": merged}
+
+
 def event_append_tool(caller: Caller, args: dict) -> dict:
     user = user_of(caller, args)
     session_id = session_of(caller, args)
-    # One transaction: an event that is refused leaves no new empty session behind.
-    with transaction.atomic():
-        if not Session.objects.filter(app=caller.app, user_id=user, session_id=session_id).exists():
-            try:
-                services.create_session(caller.app, user, session_id, {})
-            except ServiceError as exc:
-                if exc.status_code != 409:  # created meanwhile: append to it
-                    raise
-        result = services.append_events(
-            caller.app,
-            user,
-            session_id,
-            [args["event"]],
-            expected_revision=args.get("expected_revision"),
-            path="event",
-            reach=caller.state_reach,
-        )
+    # As over REST, the session must exist (session_create makes one).
+    result = services.append_events(
+        caller.app,
+        user,
+        session_id,
+        [args["event"]],
+        expected_revision=args.get("expected_revision"),
+        path="event",
+        reach=caller.state_reach,
+    )
     return {"events": result.events, "created": result.created, "revision": result.revision}
 
 
@@ -330,9 +339,25 @@ TOOLS: tuple[Tool, ...] = (
         read_only=True,
     ),
     Tool(
+        "session_create",
+        "Create a session for the user (session_id: the id to give it; 409 session_exists "
+        "when it exists), with an optional initial state.",
+        _schema(
+            {
+                "user_id": _USER,
+                "session_id": _SESSION,
+                "state": {"type": "object", "description": "The initial session state."},
+            },
+            ("session_id",),
+        ),
+        SCOPE_SESSIONS,
         "event_append",
-        "Append one event (ADK event shape: author, content with role and parts, ...) to a "
-        "session, creating the session if it does not exist. expected_revision makes it a "
+        session_create_tool,
+    ),
+    Tool(
+        "event_append",
+        "Append one event (ADK event shape: author, content with role and parts, ...) to an "
+        "existing session (see session_create). expected_revision makes it a "
         "compare-and-append.",
         _schema(
             {

@@ -15,7 +15,7 @@ from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
-from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
+from ctxadmin.errors import ServiceError, invalid, session_not_found, strict_object
 from ctxadmin.models import SCOPE_SESSIONS
 from ctxadmin.pruning import echoed
 from ctxadmin.timestamps import iso_timestamp
@@ -138,7 +138,7 @@ class SessionsScopedView(AppScopedView):
     def session_or_404(self, sid: str) -> Session:
         session = self.get_queryset().filter(session_id=sid).first()
         if session is None:
-            raise not_found()
+            raise session_not_found(self.user_id, sid)
         session.app = self.tenant  # known already: no query when a service reads it
         return session
 
@@ -293,7 +293,7 @@ class SessionDetailView(SessionsScopedView):
         after_timestamp = _timestamp_param(request, "after_timestamp")
         session = selectors.session_with_state(self.tenant, user, sid)
         if session is None:
-            raise not_found()
+            raise session_not_found(user, sid)
         session_pk = session.pop("pk")
         events, complete = selectors.session_events_json(
             session_pk,

@@ -17,7 +17,7 @@ from ctxadmin.services import create_api_key, revoke_api_keys
 from memory.models import MemoryEntry
 from runner.mcp import tools as mcp_tools
 from sessions_app import user_tokens
-from sessions_app.models import Event
+from sessions_app.models import Event, Session
 from tests.conftest import make_tenant
 from tests.outbox_helpers import admit, session_with_events
 from tests.service.leaks.mcp_flows import mcp_post
@@ -37,6 +37,7 @@ MCP_MATRIX: dict[str, tuple[str, str | None]] = {
     "context_build": ("sessions", "context_build"),
     "session_list": ("sessions", "session_read"),
     "session_events": ("sessions", "session_read"),
+    "session_create": ("sessions", "event_append"),
     "event_append": ("sessions", "event_append"),
     "ingestion_status": ("memory", None),
 }
@@ -53,6 +54,7 @@ def _arguments(world: dict, tool: str) -> dict:
         "context_build": {"user_id": USER, "session_id": SID, "query": "where is the key?"},
         "session_list": {"user_id": USER},
         "session_events": {"user_id": USER, "session_id": SID},
+        "session_create": {"user_id": USER, "session_id": "s-new"},
         "event_append": {
             "user_id": USER,
             "session_id": SID,
@@ -91,6 +93,7 @@ def _snapshot(world: dict) -> tuple:
         ),
         MemoryEntry.objects.filter(app=app, content="an intruder's note").count(),
         Event.objects.filter(session__app=app).count(),
+        Session.objects.filter(app=app).count(),
     )
 
 

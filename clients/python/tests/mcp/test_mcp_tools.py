@@ -23,6 +23,7 @@ ALL_TOOLS = {
     "context_build",
     "session_list",
     "session_events",
+    "session_create",
     "event_append",
     "ingestion_status",
 }
@@ -66,6 +67,7 @@ def test_an_api_key_with_every_scope_lists_and_calls_every_tool(make_app):
             answers[name] = (result.isError, body)
             return body
 
+        await call("session_create", user_id=user, session_id="s-one", state={"step": 1})
         await call(
             "event_append",
             user_id=user,
@@ -103,6 +105,7 @@ def test_an_api_key_with_every_scope_lists_and_calls_every_tool(make_app):
         for k, v in answers.items()
         if k not in {"names", "session_events", "ingestion_status", "memory_forget_user"}
     ), {k: v for k, v in answers.items() if k != "names" and v[0]}
+    assert answers["session_create"][1]["state"] == {"step": 1}
     assert answers["event_append"][0] is False and answers["event_append"][1]["revision"] == 1
     assert answers["memory_add"][0] is False
     error, found = answers["memory_search"]
@@ -124,6 +127,7 @@ def test_events_page_and_the_wrong_confirmation_is_refused(make_app):
     user = "pager"
 
     async def work(session: ClientSession) -> list:
+        await session.call_tool("session_create", {"user_id": user, "session_id": "s"})
         for text in ("one", "two", "three"):
             await session.call_tool(
                 "event_append",
