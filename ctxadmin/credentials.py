@@ -226,7 +226,7 @@ def _value(least: int) -> str:
 _VALUE = _value(4)
 # The name's closing quote (escaped, in JSON inside a JSON string), then the operator.
 _ASSIGN = r"""(?:\\{0,3}["'`\]]){0,2}[ \t]*(?:=>|:=|::|[:=])\s{0,4}"""
-_SAID = rf"""\s+(?:{_VERBS})\s*:?\s*(?P<said>["'`]?{_PLACEHOLDER}[^\s"'`,;]{{4,}})"""
+_SAID = rf"""\s+(?:{_VERBS})\s*:?\s*(?P<said>(?:\\{{0,3}}["'`])?{_PLACEHOLDER}[^\s"'`,;\\]{{4,}})"""
 _SAID_BRANCH = "|" + _SAID
 
 
@@ -260,7 +260,7 @@ _ORDINARY = frozenset(
 def _said(match: re.Match, hay: str) -> bool:
     """A credential given in a sentence: after a possessive ("my password is …") any word
     that is not an ordinary adjective; otherwise a value with a digit or a symbol."""
-    value = match.group("said").strip("\"'`").rstrip(".!?…:")  # the sentence's end
+    value = match.group("said").strip("\"'`\\").rstrip(".!?…:")  # the sentence's end
     if _POSSESSIVE.search(hay, max(0, match.start() - 48), match.start()):
         return value not in _ORDINARY
     return len(value) >= 6 and any(not c.isalpha() and c not in "-'" for c in value)
@@ -377,9 +377,9 @@ def _encoded_credential(match: re.Match, _hay: str, text: str) -> bool:
 
 
 MAX_DECODED = 64 * 1024  # base64 characters of one encoded credential decoded at most
-# A private key's armour, also split by a newline (text parts joined) or with dashes
-# missing; BEGIN takes the block, END alone the base64 lines before it.
-_WS = r"[ \t\r\n]"
+# A private key's armour, also split by a newline (text parts joined; ``\n`` escaped, as
+# in JSON) or with dashes missing; BEGIN takes the block, END alone the base64 lines before it.
+_WS = r"(?:[ \t\r\n]|\\[nrt])"
 _PEM_NAME = rf"(?:[A-Z0-9]+{_WS}+){{0,4}}?PRIVATE{_WS}+KEY(?:{_WS}+BLOCK)?"
 _PEM_BEGIN = rf"-{{2,}}{_WS}*BEGIN{_WS}+{_PEM_NAME}"
 _PEM_END = rf"-{{2,}}{_WS}*END{_WS}+{_PEM_NAME}[ \t]*-*"
@@ -576,7 +576,27 @@ DETECTORS: tuple[Detector, ...] = (
 )
 _PEM_BEGIN_RE = re.compile(_PEM_BEGIN)
 _PEM_END_RE = re.compile(_PEM_END)
-_ARMOUR_LINE = re.compile(r"[A-Za-z0-9+/=]*|[A-Za-z-]+: .*")  # base64, or Proc-Type: …
+_BASE64_CHARS = frozenset(string.ascii_letters + string.digits + "+/=")
+_LINE_ENDS = ("\r\n", "\n", "\\r\\n", "\\n")  # as written, or escaped as JSON writes them
+
+
+def _armour_before(text: str, start: int) -> int:
+    """Where the base64 lines right before ``start`` (an END line) begin."""
+    while True:
+        end = next((start - len(e) for e in _LINE_ENDS if text.endswith(e, 0, start)), None)
+        if end is None:
+            return start
+        line = end
+        while line > 0 and text[line - 1] in _BASE64_CHARS:
+            if text[line - 1] in "nr" and line >= 2 and text[line - 2] == "\\":
+                break  # an escaped line end
+            line -= 1
+        if line == end:
+            return start
+        if line > 0 and not text.endswith(_LINE_ENDS, 0, line):
+            # Not a whole line: a long run of base64 ending it is the armour's first line.
+            return line if end - line >= 40 else start
+        start = line
 
 
 def _private_key_blocks(text: str) -> list[tuple[int, int]]:
@@ -584,22 +604,22 @@ def _private_key_blocks(text: str) -> list[tuple[int, int]]:
     the text); an END line without its BEGIN takes the base64 lines right before it."""
     ends = [m.span() for m in _PEM_END_RE.finditer(text)] if "END" in text else []
     blocks: list[tuple[int, int]] = []
-    cursor = 0
+    cursor, index = 0, 0  # both move forward only: linear in the text
     for begin in _PEM_BEGIN_RE.finditer(text) if "BEGIN" in text else ():
         if begin.start() < cursor:
             continue
-        cursor = next((end for start, end in ends if start >= begin.end()), len(text))
+        while index < len(ends) and ends[index][0] < begin.end():
+            start, end = ends[index]
+            if start >= cursor:  # an END before this BEGIN, in no block
+                blocks.append((_armour_before(text, start), end))
+            index += 1
+        if index < len(ends):
+            cursor = ends[index][1]
+            index += 1
+        else:
+            cursor = len(text)
         blocks.append((begin.start(), cursor))
-    for start, end in ends:
-        if any(first <= start < last for first, last in blocks):
-            continue
-        while start > 0 and text[start - 1] == "\n":
-            line_start = text.rfind("\n", 0, start - 1) + 1
-            line = text[line_start : start - 1].strip()
-            if not line or not _ARMOUR_LINE.fullmatch(line):
-                break
-            start = line_start
-        blocks.append((start, end))
+    blocks += [(_armour_before(text, start), end) for start, end in ends[index:]]
     return blocks
 
 

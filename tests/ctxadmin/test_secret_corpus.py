@@ -57,5 +57,7 @@ def test_a_private_key_split_across_text_parts_is_one_block_once_joined():
         assert "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC" not in redacted, redacted
         assert "q2VtZXJpYWxzZWNyZXRrZXk" not in redacted, redacted
         assert not looks_like_secret(redacted), redacted
+    inline = f"the key is {body}\n-----END PRIVATE KEY-----"
+    assert redact_secret_text(inline) == "the key is [redacted]"
     assert redact_secret_text("\n".join(splits[-1])).endswith("thanks")
     assert redact_secret_text("\n".join(splits[-1])).startswith("the key follows\n")
