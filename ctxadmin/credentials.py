@@ -328,7 +328,9 @@ class Detector:
     is far cheaper than a regex pass) or its ``gate`` says so; ``lower``: matched in
     ASCII-lowercased text; ``check``: a second look at a match; a group named ``s`` is the
     span redacted (else the whole match); ``named``: the span starts with the whole name
-    the match found the end of (``aws_secret_access_key``, ``DB_PASSWORD``)."""
+    the match found the end of (``aws_secret_access_key``, ``DB_PASSWORD``); ``token``: its
+    matches hold a run of ``TOKEN_RUN`` token characters, so a text without one is skipped
+    before its anchors are looked for (one pass for all such patterns)."""
 
     anchors: tuple[str, ...]
     pattern: re.Pattern
@@ -336,6 +338,7 @@ class Detector:
     check: Callable[[re.Match, str, str], bool] | None = None
     gate: Callable[[str], bool] | None = None
     named: bool = False
+    token: bool = False
 
 
 def _name_start(hay: str, start: int) -> int:
@@ -352,6 +355,25 @@ def _lower(*anchors: str, pattern: str, check=None, named: bool = False) -> Dete
 
 def _exact(*anchors: str, pattern: str, check=None, gate=None) -> Detector:
     return Detector(anchors, re.compile(pattern), False, check, gate)
+
+
+def _token(*anchors: str, pattern: str, check=None) -> Detector:
+    """A provider's token format (case-sensitive, a long run of token characters)."""
+    return Detector(anchors, re.compile(pattern), False, check, token=True)
+
+
+# The shortest run of token characters (letters, digits, ``_.+/=~-``) a provider format
+# holds (``xoxb-`` and ten more); found by one bytes.translate pass, as ``_long_token``.
+TOKEN_RUN = 14
+_TOKEN = (string.ascii_letters + string.digits + "_.+/=~-").encode()
+_TOKEN_CHARS = bytes.maketrans(
+    bytes(range(256)), bytes(1 if byte in _TOKEN else 0 for byte in range(256))
+)
+_TOKEN_RUN = b"\x01" * TOKEN_RUN
+
+
+def _has_token_run(text: str) -> bool:
+    return _TOKEN_RUN in text.encode("utf-8", "replace").translate(_TOKEN_CHARS)
 
 
 def _short_value(match: re.Match, _hay: str, _text: str) -> bool:
@@ -475,21 +497,21 @@ DETECTORS: tuple[Detector, ...] = (
     # Provider formats (case-sensitive).
     _exact("BEGIN", pattern=_PEM_BEGIN),
     _exact("END", pattern=_PEM_END),
-    _exact("AKIA", "ASIA", pattern=r"(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
+    _token("AKIA", "ASIA", pattern=r"(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
     _exact(
         pattern=r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
         check=_aws_secret,
         gate=_long_token,
     ),
-    _exact(
+    _token(
         "sk_",
         "rk_",
         "whsec_",
         pattern=r"(?:(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{10,}|whsec_[A-Za-z0-9]{20,})",
     ),
-    _exact("sk-", "pk-", "rk-", pattern=r"(?:sk|pk|rk)-[A-Za-z0-9_-]{20,}"),
-    _exact("xox", "xapp-", pattern=r"(?:xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})"),
-    _exact(
+    _token("sk-", "pk-", "rk-", pattern=r"(?:sk|pk|rk)-[A-Za-z0-9_-]{20,}"),
+    _token("xox", "xapp-", pattern=r"(?:xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})"),
+    _token(
         "ghp_",
         "gho_",
         "ghu_",
@@ -500,18 +522,18 @@ DETECTORS: tuple[Detector, ...] = (
         pattern=r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}"
         r"|glpat-[A-Za-z0-9_-]{20,})",
     ),
-    _exact(
+    _token(
         "AIza",
         "ya29.",
         "1//0",
         pattern=r"(?:AIza[0-9A-Za-z_-]{30,}|ya29\.[0-9A-Za-z_-]{20,})"
         r"|(?<![\w/])1//0[0-9A-Za-z_-]{30,}",
     ),
-    _exact(
+    _token(
         "eyJ",
         pattern=r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
     ),
-    _exact(
+    _token(
         "SG.",
         "SK",
         "npm_",
@@ -528,8 +550,8 @@ DETECTORS: tuple[Detector, ...] = (
         r"|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b|do[opr]_v1_[a-f0-9]{64}\b"
         r"|sq0(?:atp|csp)-[0-9A-Za-z_-]{22,}|ct[xt]_[a-z0-9]{10}_[A-Za-z0-9_-]{43})",
     ),
-    _exact(":AA", pattern=r"(?<![0-9])[0-9]{8,10}:AA[0-9A-Za-z_-]{33}\b"),  # Telegram bots
-    _exact(
+    _token(":AA", pattern=r"(?<![0-9])[0-9]{8,10}:AA[0-9A-Za-z_-]{33}\b"),  # Telegram bots
+    _token(
         "hvs.",
         "hvb.",
         "hvr.",
@@ -554,19 +576,19 @@ DETECTORS: tuple[Detector, ...] = (
         r"|AGE-SECRET-KEY-1[02-9AC-HJ-NP-Z]{58}\b)",  # age
     ),
     # Azure AD client secrets: three characters, a digit, ``Q~``, then 31-34 more.
-    _exact(
+    _token(
         "Q~",
         pattern=r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}"
         r"(?![A-Za-z0-9_~.-])",
     ),
     # AWS session tokens (STS): base64 of their fixed header.
-    _exact(
+    _token(
         "FwoGZXIvYXdz",
         "IQoJb3JpZ2lu",
         pattern=r"(?:FwoGZXIvYXdz|IQoJb3JpZ2lu)[A-Za-z0-9+/]{80,}={0,2}",
     ),
     # Base64 of JSON (``{"``, ``{\n``, ``[{"``) that holds a credential, decoded once more.
-    _exact(
+    _token(
         "eyJ",
         "ewo",
         "W3si",
@@ -633,7 +655,13 @@ def _spans(text: str) -> Iterator[tuple[int, int]]:
     lowered = text.lower()
     if len(lowered) != len(text):
         lowered = text.translate(_ASCII_LOWER)
+    token_run = None
     for detector in DETECTORS:
+        if detector.token:
+            if token_run is None:
+                token_run = _has_token_run(text)
+            if not token_run:
+                continue
         hay = lowered if detector.lower else text
         if detector.gate is not None:
             if not detector.gate(hay):
