@@ -12,11 +12,13 @@ an MCP ``memory_search`` against the same search through REST (``bench/mcp_bench
 and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes them,
 with their ratios, the command and the machine, to ``bench/BENCHMARKS.md`` (``--skip-peer``:
 no peer). Then the evidence a built context holds at fixed budgets
-(``bench/evidence_bench``; alone with ``--only evidence``), the secret detectors, and last,
+(``bench/evidence_bench``; alone with ``--only evidence``), the secret detectors and their
+cost per KiB (``bench/redaction_bench``; alone with ``--only redaction``), and last,
 the load and fault runs (``bench/load_bench``) against a service of their own.
 
     .venv/bin/python -m bench [--skip-peer] [--events 2000] [--big-events 10000]
                               [--sessions 100000] [--only evidence [--columns C,...]]
+                              [--only redaction]
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from bench import (
     memory_bench,
     openai_agents_bench,
     outbox_bench,
+    redaction_bench,
     secret_bench,
     sessions_bench,
 )
@@ -59,7 +62,7 @@ def main() -> None:
     parser.add_argument("--memory-small", type=int, default=10000)
     parser.add_argument(
         "--only",
-        choices=["evidence"],
+        choices=["evidence", "redaction"],
         help="run one section alone (its own service) and rewrite it in BENCHMARKS.md",
     )
     parser.add_argument(
@@ -69,6 +72,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.raw = sys.argv[1:]
+    if args.only == "redaction":
+        redaction_bench.run_section("python -m bench --only redaction")  # in process
+        return
     if args.only == "evidence":
         if args.columns:
             evidence_bench.run_columns(args.columns.split(","))
@@ -141,6 +147,7 @@ def main() -> None:
     evidence_bench.run_section("make bench")  # a service of its own: a fresh memory
     print("measuring the secret detectors …", flush=True)
     secret_bench.run_section("make bench")  # in process: no service
+    redaction_bench.run_section("make bench")
     # In var/load, with a Redis of its own: its faults disturb nothing measured above.
     load_failures = load_bench.run_section("make bench")
     if cache["failures"]:

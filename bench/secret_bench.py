@@ -268,6 +268,17 @@ WORST_FRAGMENTS = (
     "\u200b",
     "\uff50",
     "pass\u200b",
+    "pass=",
+    "curl ",
+    "mysql ",
+    "sshpass ",
+    "docker login ",
+    "-----END ",
+    "\\n",
+    '\\"',
+    "ewo",
+    "パスワード",
+    "mot de passe ",
 )
 
 

@@ -4,25 +4,38 @@ Keys that name credentials are removed at any depth of a JSON value. A key is re
 NFKC-normalised (a fullwidth ``password``, U+FF50 …, is ``password``), Unicode format
 characters removed (``pass\\u200bword`` is ``password``), then split at separators, camelCase and
 digits (``secretAccessKey``, ``X-Api-Key``, ``AWS_SECRET_ACCESS_KEY``, ``oauth2Token`` are
-``secret access key``, ``x api key``, ``aws secret access key``, ``oauth 2 token``). A key
+``secret access key``, ``x api key``, ``aws secret access key``, ``oauth 2 token``); a Latin
+letter with a diacritic belongs to its word (``contraseña``, ``Lösenord``, ``hasło``). A key
 is secret when its words hold:
 
-- a credential word anywhere: ``password(s)``, ``passwd``, ``pwd``, ``passphrase``,
-  ``passcode``, ``passkey``, ``secret(s)``, ``credential(s)``, ``creds``, ``dsn``,
-  ``mnemonic``, ``otp``, ``cvv``; the session cookies ``sessionid``, ``phpsessid``,
-  ``jsessionid``; and a few non-English ``passwort``, ``kennwort``, ``contraseña``, ``senha``,
-  ``пароль``, ``密码``. Glued spellings count too: ``dbpassword``, ``clientsecret``,
-  ``PassWord`` (the words joined contain ``password``);
+- a credential word anywhere: ``password(s)``, ``passwd``, ``pwd``, ``pw``, ``pswd``,
+  ``passphrase``, ``passcode``, ``passkey``, ``secret(s)``, ``credential(s)``, ``creds``,
+  ``dsn``, ``mnemonic``, ``otp``, ``cvv``, ``privkey``, ``xprv``; the session cookies
+  ``sessionid``, ``phpsessid``, ``jsessionid``; and non-English ``passwort``,
+  ``passwörter``, ``kennwort``, ``contraseña``, ``senha``, ``wachtwoord``, ``lösenord``,
+  ``passord``, ``salasana``, ``hasło``, ``heslo``, ``jelszó``, ``пароль``; in scripts written
+  without spaces, a word holding ``密码``, ``密碼``, ``口令``, ``密钥``, ``私钥``,
+  ``パスワード``, ``暗証番号``, ``秘密鍵`` or ``비밀번호`` (``用户密码``). Glued spellings
+  count too: ``dbpassword``, ``clientsecret``, ``PassWord``, ``mot_de_passe``,
+  ``one_time_code``, ``2fa_code``, ``mfa_code``, ``KeyMaterial`` (the words joined contain
+  ``password``, ``motdepasse``, ``onetimecode``, …); ``pass`` alone (``{"user": …, "pass":
+  …}``);
 - a credential compound: ``key(s)`` after a qualifier (``api``, ``access``, ``private``,
-  ``signing``, ``encryption``, ``master``, ``client``, ``account``, ``subscription``,
-  ``session``, ``ssh``, ``deploy``, … so ``api_key``, ``AccountKey``, ``private_key_id``,
-  ``x-functions-key``), glued (``apikey``, ``accesskey``); ``connection string``,
-  ``conn str``; ``seed phrase``; ``access signature``; a database or broker ``url``/``uri``
-  (``database_url``, ``redis_url``: they carry passwords); ``pass`` after a service
-  (``db_pass``, ``smtp_pass``); ``recovery``/``backup``/``verification``/``security``/``pin``
-  ``code(s)``;
+  ``priv``, ``signing``, ``encryption``, ``master``, ``client``, ``account``,
+  ``subscription``, ``session``, ``ssh``, ``tls``, ``ssl``, ``deploy``, … so ``api_key``,
+  ``AccountKey``, ``private_key_id``, ``x-functions-key``, ``tls_key``), glued (``apikey``,
+  ``accesskey``); ``connection string``, ``conn str``; ``seed phrase``, ``recovery
+  phrase``; ``access signature``; a database, broker or webhook ``url``/``uri``
+  (``database_url``, ``redis_url``: they carry passwords; ``webhook_url``,
+  ``SLACK_WEBHOOK_URL``: the URL is the credential); ``pass`` after a service (``db_pass``,
+  ``smtp_pass``); ``recovery``/``backup``/``verification``/``security``/``pin``/``mfa``/
+  ``otp`` ``code(s)``; ``magic link``, ``code verifier`` (PKCE), ``client assertion``,
+  ``saml response``/``assertion``, ``service_account_json``; ``pat`` after ``github``,
+  ``gitlab``, ``personal``, ``azure``, ``devops``; the framework session cookies
+  ``laravel_session``, ``ci_session``;
 - a weak credential word — ``token(s)`` (also glued: ``csrftoken``, ``accesstoken``),
-  ``auth``, ``authorization``, ``bearer``, ``cookie(s)``, ``jwt`` — unless a word after it
+  ``auth``, ``authorization``, ``authorisation``, ``bearer``, ``cookie(s)``, ``jwt``,
+  ``csrf``, ``xsrf`` (``_csrf``) — unless a word after it
   describes it rather than holds it (``token_count``, ``token_type``, ``token_uri``,
   ``auth_uri``, ``cookie_domain``, ``tokens_per_minute``) or, for ``token(s)``, a counting
   word stands before it (``max_tokens``, ``input_tokens``, ``cached_content_token_count``,
@@ -32,8 +45,8 @@ Ordinary keys must survive (``tests/secret_tables.py`` holds both tables, which
 ``tests/ctxadmin/test_secret_detectors.py`` and
 ``tests/service/leaks/test_secrets_never_leak.py`` run): words are whole, so ``author``,
 ``authority``, ``keyword``, ``monkey``, ``passage``, ``passport``, ``passenger``,
-``secretary``, ``tokenizer``, ``oauth`` are not credential words. Decided
-borderline cases:
+``secretary``, ``tokenizer``, ``oauth`` are not credential words, nor ``pass`` after another
+word (``boarding_pass``, ``bypass``, ``pass_count``). Decided borderline cases:
 
 - pruned: ``auth_config``, ``requested_auth_configs`` (ADK's auth configs hold raw and
   exchanged credentials), ``auth_code``, ``authorization_code``, ``secret_name`` and
@@ -41,7 +54,8 @@ borderline cases:
   ``session_key`` (Django's session key is the cookie's value), ``tokens`` and ``token``
   alone (even where they hold a tokenizer's piece, as in OpenAI logprobs), ``tool_token``
   (ctxadmin's own tool tokens), ``access_key_id`` (half of an AWS credential),
-  ``webhook_key``, ``PWD`` (also the shell's working directory);
+  ``webhook_key``, ``webhook_url`` (kept before: Slack's, Discord's and Teams' webhook URLs
+  are their credential), ``PWD`` (also the shell's working directory);
 - kept: ``session_id``/``sessionId`` (ADK's, LangGraph's and ctxadmin's own identifier,
   and function-call arguments; only the glued cookie names ``sessionid``, ``PHPSESSID``,
   ``JSESSIONID`` are pruned, so ASP.NET's ``ASP.NET_SessionId`` and Express's
@@ -54,7 +68,9 @@ borderline cases:
   ``token_type``, ``cookie_domain``, ``usage_metadata`` and every token count of ADK,
   Gemini, OpenAI and Anthropic (``prompt_token_count``, ``max_output_tokens``,
   ``budget_tokens``, ``cache_read_input_tokens``, ``prompt_tokens_details``), ``seed``,
-  ``pin``, ``oauth`` (the credentials inside it are pruned), ``author``.
+  ``pin``, ``oauth`` (the credentials inside it are pruned), ``author``, ``time_code`` and
+  ``timecode`` (a video's), ``code_challenge`` (PKCE's public half), ``csrf_enabled``,
+  ``mfa_enabled``, ``2fa_enabled``, ``webhook_id``, ``tls_version``.
 
 Events keep the context JSON computed at their append: one appended before a rule changed
 keeps the pruning of its day in later context builds.
@@ -83,21 +99,26 @@ __all__ = [
 ]
 
 _STRONG = frozenset(
-    "password passwords passwd passwds pwd passphrase passphrases passcode passcodes passkey"
-    " passkeys secret secrets credential credentials creds dsn mnemonic otp totp hotp cvv cvc"
-    " sessionid phpsessid jsessionid sessid passwort kennwort contraseña contrasena senha"
-    " пароль 密码 apikey apikeys basicauth httpauth proxyauth digestauth".split()
+    "password passwords passwd passwds pwd pw pswd passphrase passphrases passcode passcodes"
+    " passkey passkeys secret secrets credential credentials creds dsn mnemonic otp totp hotp"
+    " cvv cvc sessionid phpsessid jsessionid sessid privkey xprv xpriv passwort kennwort"
+    " passwörter contraseña contrasena senha wachtwoord wachtwoorden lösenord losenord passord"
+    " salasana hasło haslo heslo jelszó jelszo пароль apikey apikeys basicauth httpauth proxyauth"
+    " digestauth".split()
 )
+# Words of scripts written without spaces (a key is one such word): these inside one.
+_UNSPACED = tuple("密码 密碼 口令 密钥 密鑰 私钥 私鑰 パスワード 暗証番号 秘密鍵 비밀번호".split())
 # Glued spellings: the words joined contain one of these.
 _GLUED = re.compile(
     r"password|passwd|passphrase|credential|apikey|apitoken|accesskey|secretkey|privatekey"
-    r"|clientsecret|signingkey|connectionstring|connstr"
+    r"|clientsecret|signingkey|connectionstring|connstr|motdepasse|onetimecode|onetimepassword"
+    r"|onetimepin|2facode|mfacode|twofactorcode|keymaterial"
 )
 _KEY_QUALIFIERS = frozenset(
     "api access secret private signing sign encryption encrypt decryption master client account"
     " storage service subscription app application consumer hmac shared license licence deploy"
     " ssh gpg pgp write admin root sas session crypto aes functions webhook bot user dev"
-    " developer auth jwt recovery wallet".split()
+    " developer auth jwt recovery wallet priv tls ssl".split()
 )
 _PAIRS = frozenset(
     {
@@ -108,23 +129,38 @@ _PAIRS = frozenset(
         ("seed", "phrase"),
         ("pass", "phrase"),
         ("access", "signature"),
+        ("recovery", "phrase"),
+        ("account", "json"),  # service_account_json: a service account's key file
+        ("magic", "link"),
+        ("magic", "links"),
+        ("code", "verifier"),  # PKCE
+        ("client", "assertion"),
+        ("saml", "response"),
+        ("saml", "assertion"),
+        ("laravel", "session"),  # session cookies named for their framework
+        ("ci", "session"),
+        *(
+            (word, "pat")  # personal access tokens
+            for word in ("github", "gh", "gitlab", "personal", "azure", "ado", "devops")
+        ),
         *(
             (word, code)
-            for word in ("recovery", "backup", "verification", "security", "pin")
+            for word in ("recovery", "backup", "verification", "security", "pin", "mfa", "otp")
             for code in ("code", "codes")
         ),
     }
 )
 _URL_HOLDERS = frozenset(
     "database db redis mongo mongodb postgres postgresql pg mysql mariadb amqp broker rabbitmq"
-    " jdbc sql sqlalchemy celery".split()
+    " jdbc sql sqlalchemy celery webhook webhooks".split()
 )
 _PASS_HOLDERS = frozenset(
     "db database mysql postgres pg redis smtp mail ftp sftp ssh admin root user ldap proxy"
     " keystore truststore basic http login".split()
 )
 _WEAK = frozenset(
-    "token tokens auth authorization bearer cookie cookies setcookie jwt jwts".split()
+    "token tokens auth authorization authorisation bearer cookie cookies setcookie jwt jwts"
+    " csrf xsrf".split()
 )
 # After a weak word, these describe it rather than hold it (token_count, auth_uri).
 _DESCRIBING = frozenset(
@@ -143,7 +179,13 @@ _COUNTING = frozenset(
     " generated context stop special ratelimit rate limit budget estimated estimate per"
     " average avg".split()
 )
-_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_A-Za-z]+")
+# Latin letters with diacritics are letters of the word they stand in (contraseña, Lösenord,
+# hasło); other scripts are words of their own (a Cyrillic word after user is a word).
+_UP = "A-ZÀ-ÖØ-Þ"
+_LOW = "a-zß-öø-ÿĀ-ɏ"
+_WORD = re.compile(
+    rf"[{_UP}]+(?=[{_UP}][{_LOW}])|[{_UP}]?[{_LOW}]+|[{_UP}]+|\d+|[^\W\d_A-Za-zÀ-ÖØ-öø-ɏ]+"
+)
 
 
 def key_words(name: str) -> tuple[str, ...]:
@@ -177,9 +219,13 @@ def is_secret_key(name: str) -> bool:
         return False
     if _GLUED.search("".join(words)):
         return True
+    if words == ("pass",):  # alone (``{"user": …, "pass": …}``); boarding_pass is not
+        return True
     previous = ""
     for index, word in enumerate(words):
         if word in _STRONG or word.endswith(("secret", "secrets")):
+            return True
+        if not word.isascii() and any(unspaced in word for unspaced in _UNSPACED):
             return True
         if word in ("key", "keys") and previous in _KEY_QUALIFIERS:
             return True

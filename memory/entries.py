@@ -53,7 +53,9 @@ _SEARCH_TEXT_PARAMS = SEARCH_TEXT.format(author="%s", ts="%s", content="%s")
 def parse_metadata(metadata: Any, path: str = "metadata") -> dict:
     """A memory's metadata: an object whose keys are 1-256 characters starting with a letter
     or digit, values under secret-named keys redacted, at most
-    ``CTXADMIN_MEMORY_MAX_METADATA_BYTES`` of canonical JSON."""
+    ``CTXADMIN_MEMORY_MAX_METADATA_BYTES`` of canonical JSON; refused (422
+    ``sensitive_memory_content``, as content is) when a key or string value at any depth
+    looks like it carries a credential."""
     if not isinstance(metadata, dict):
         raise invalid(path, "must be an object")
     for key in metadata:
@@ -66,7 +68,34 @@ def parse_metadata(metadata: Any, path: str = "metadata") -> dict:
     metadata_limit = settings.CTXADMIN_MEMORY_MAX_METADATA_BYTES
     if canonical_size(metadata) > metadata_limit:
         raise invalid(path, f"must be at most {metadata_limit} bytes")
+    flagged = credential_in(metadata, path)
+    if flagged is not None:
+        raise ServiceError(
+            "sensitive_memory_content",
+            "A metadata value looks like it carries a credential; nothing was stored.",
+            status_code=422,
+            details={"field": flagged},
+        )
     return metadata
+
+
+def credential_in(value: Any, path: str) -> str | None:
+    """The path of the first key or string at any depth of ``value`` that looks like it
+    carries a credential (keys bounded as errors quote them), or None."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            if looks_like_secret(node):
+                return where
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                if looks_like_secret(key):
+                    return f"{where}.{echoed(key)}"
+                stack.append((child, f"{where}.{echoed(key)}"))
+        elif isinstance(node, list):
+            stack.extend((child, f"{where}[{index}]") for index, child in enumerate(node))
+    return None
 
 
 def parse_new_memory(body: Any) -> NewMemory:

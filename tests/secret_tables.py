@@ -21,6 +21,7 @@ def fullwidth(text: str) -> str:
 
 # Real-world names of credentials: AWS, GCP, Azure, Stripe, GitHub, Slack, Django, OAuth,
 # JDBC and connection strings, Kubernetes, HTTP headers, environment variables, ADK state.
+# fmt: off
 SECRET_KEYS = [
     # the list
     "secret_key", "aws_secret_access_key", "secretAccessKey", "access_key", "token",
@@ -75,6 +76,14 @@ SECRET_KEYS = [
     # containers of credentials
     "auth_config", "requested_auth_configs", "authConfig", "basic_auth", "basicauth",
     "http_auth", "imagePullSecrets", "secretKeyRef", "secret_name", "jwt_token",
+    # round three: short spellings, key material, webhooks, one-time codes, other languages
+    "pass", "pw", "pswd", "privkey", "priv_key", "tls_key", "ssl_key", "KeyMaterial",
+    "service_account_json", "github_pat", "SLACK_WEBHOOK_URL", "webhook_url", "magic_link",
+    "code_verifier", "client_assertion", "SAMLResponse", "mfa_code", "2fa_code",
+    "one_time_code", "recovery_phrase", "xprv", "laravel_session", "_csrf", "mot_de_passe",
+    "wachtwoord", "パスワード", "密碼", "authorisation", "DISCORD_WEBHOOK_URL", "gitlab_pat",
+    "otp_code", "xsrf", "user_pw", "ユーザーパスワード", "用户密码", "비밀번호", "lösenord",
+    "contraseña", "DB_CONTRASEÑA", "hasło", "passwörter",
 ]
 
 # Ordinary keys that must survive: ADK events and actions, Gemini, OpenAI and Anthropic
@@ -136,8 +145,14 @@ ORDINARY_KEYS = [
     "auth_type", "auth_provider_x509_cert_url", "cookie_domain", "cookie_consent",
     "authorization_endpoint", "jwks_uri", "x-hub-signature", "x-amz-date",
     "certificate-authority-data", "serviceAccountName", "callback_url", "image_url",
-    "webhook_url", "thread_id", "checkpoint_id", "sid", "account_sid", "hash", "digest",
+    "thread_id", "checkpoint_id", "sid", "account_sid", "hash", "digest",
+    # near the round-three names
+    "boarding_pass_id", "pass_count", "passes", "time_code", "timecode", "code_challenge",
+    "code_challenge_method", "csrf_enabled", "mfa_enabled", "2fa_enabled", "webhook_id",
+    "webhook_events", "magic_number", "saml_enabled", "tls_version", "ssl_verify",
+    "session_state", "パス", "パスポート番号", "密度", "用户名", "mot_cle", "motto", "größe",
 ]
+# fmt: on
 
 
 # ----------------------------------------------------------------------------- texts
@@ -189,6 +204,7 @@ def credential_texts(fakes: Fakes | None = None) -> list[tuple[str, str, str]]:
     f = _Recording(fakes or Fakes())
     pw = "Tr0ub4dor&" + f.alnum(6)
     basic = base64.b64encode(f"alice:{pw}".encode()).decode()
+    # fmt: off
     texts = [
         ("json api_key", '{"api_key": "' + f.alnum(32) + '"}'),
         ("json apiKey compact", '{"apiKey":"' + f.alnum(32) + '","region":"eu"}'),
@@ -292,7 +308,63 @@ def credential_texts(fakes: Fakes | None = None) -> list[tuple[str, str, str]]:
         ("quoted in prose", 'he said the password was "' + pw + '"'),
         ("dsn", "SENTRY_DSN=https://" + f.hex(32) + "@o1.ingest.sentry.io/1"),
         ("client secret yaml", "client_secret: " + f.url(40)),
+        # round three: short names, command lines, more providers, encodings, languages
+        ("pass in a query", "GET /login?user=bob&pass=" + f.alnum(12)),
+        ("pass json", '{"user": "bob", "pass": "' + f.alnum(12) + '"}'),
+        ("pw assigned", "pw=" + f.alnum(10)),
+        ("short password", "password: Zq9"),  # three characters (also "abc": the corpus test)
+        ("curl -u", "curl -u admin:" + f.alnum(14) + " https://api.example.com/v1"),
+        ("curl --user", "curl -s --user 'deploy:" + f.alnum(14) + "' https://ci.example.com"),
+        ("mysql -p", "mysql -h db -u root -p" + f.alnum(12) + " app"),
+        ("sshpass", "sshpass -p '" + f.alnum(12) + "' ssh deploy@10.0.0.7"),
+        ("docker login", "docker login -u ci -p " + f.alnum(20) + " registry.example.com"),
+        ("vault", "VAULT says hvs." + f.url(90)),
+        ("databricks", "dapi" + f.hex(32)),
+        ("notion", "secret_" + f.alnum(43)),
+        ("mailgun", "key-" + f.hex(32)),
+        ("linear", "lin_api_" + f.alnum(40)),
+        ("doppler", "dp.st.prd." + f.alnum(43)),
+        ("atlassian", "ATATT3xFfGF0" + f.url(170) + "=" + f.hex(8).upper()),
+        ("grafana", "glsa_" + f.alnum(32) + "_" + f.hex(8)),
+        ("age", "AGE-SECRET-KEY-1" + f.chars("QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L", 58)),
+        ("slack refresh", "xoxe-1-" + f.alnum(40)),
+        ("azure client secret", "client secret " + f.chars(string.ascii_letters, 3) + "8Q~"
+         + f.chars(string.ascii_letters + string.digits + "_~.-", 34)),
+        ("aws session token", "FwoGZXIvYXdzE" + f.b64(300)),
+        ("aws session token iq", "IQoJb3JpZ2luX2VjE" + f.b64(300)),
+        ("discord webhook", "https://discord.com/api/webhooks/" + f.chars(string.digits, 18)
+         + "/" + f.url(68)),
+        ("teams webhook", "https://acme.webhook.office.com/webhookb2/" + f.hex(8) + "-"
+         + f.hex(4) + "@" + f.hex(8) + "/IncomingWebhook/" + f.hex(32) + "/" + f.hex(8)),
+        ("signed gcs url", "https://storage.googleapis.com/b/o.pdf?X-Goog-Algorithm="
+         "GOOG4-RSA-SHA256&X-Goog-Date=20261204T000000Z&X-Goog-Signature=" + f.hex(256)),
+        ("presigned s3 url", "https://b.s3.amazonaws.com/k?X-Amz-Security-Token="
+         + f.b64(40) + "&X-Amz-Expires=300"),
+        ("double-encoded json", '"{\\"api_key\\": \\"' + f.alnum(32) + '\\"}"'),
+        ("double-encoded password", '{"body": "{\\"password\\":\\"' + pw + '\\"}"}'),
+        ("base64 json credential", "creds: " + base64.b64encode(
+            ('{"type": "service_account", "client_secret": "' + f.alnum(32) + '"}').encode()
+        ).decode()),
+        ("base64url json credential", base64.urlsafe_b64encode(
+            ('{\n  "api_key": "' + f.alnum(32) + '"\n}').encode()).decode().rstrip("=")),
+        ("pem header split", "-----BEGIN RSA PRIVATE\nKEY-----\nMIIEpAIBAAKCAQEA" + f.b64(64)
+         + "\n-----END RSA PRIVATE KEY-----"),
+        ("pem body and end", "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC" + f.b64(32) + "\n" + f.b64(64)
+         + "\n-----END PRIVATE KEY-----"),
+        ("french", "mon mot de passe est " + f.chars(string.ascii_lowercase, 6) + "Soleil"),
+        ("french assigned", "mot_de_passe=" + f.alnum(12)),
+        ("german sentence", "mein Passwort ist " + f.chars(string.ascii_lowercase, 8)),
+        ("german lautet", "Das Passwort lautet " + f.alnum(8) + "!7"),
+        ("spanish", "mi contraseña es " + f.chars(string.ascii_lowercase, 8)),
+        ("portuguese", "minha senha é " + f.alnum(10) + "#1"),
+        ("dutch", "mijn wachtwoord is " + f.chars(string.ascii_lowercase, 9)),
+        ("japanese", "パスワードは" + f.alnum(10) + "1です"),
+        ("japanese fullwidth", "パスワード\uff1a" + f.fullwidth(f.alnum(10) + "1")),
+        ("chinese simplified", "我的密码是" + f.alnum(10) + "2"),
+        ("chinese traditional", "密碼是 " + f.alnum(10) + "3"),
+        ("korean", "비밀번호는 " + f.alnum(10) + "4"),
     ]
+    # fmt: on
     return [(label, text, f.secret_in(text, pw, basic)) for label, text in texts]
 
 
@@ -321,6 +393,7 @@ class _Recording:
         return text.split()[-1]
 
 
+# fmt: off
 ORDINARY_TEXTS = [
     "Alice prefers aisle seats on morning flights.",
     "The traveller asked whether the 9:40 flight to Lisbon can move to Thursday.",
@@ -393,4 +466,43 @@ ORDINARY_TEXTS = [
     "日本語のテキストです。パスワードではありません。",
     fullwidth("Fullwidth") + " text is fine.",
     "zero\u200bwidth space inside ordinary words",
+    # near the round-three formats: everyday words and sentences, in five languages
+    "Could you pass the salt?",
+    "Please pass the message along to the team.",
+    "Did the test pass? It did: pass 41, fail 0.",
+    "Bring your passport and boarding pass: both are checked at the gate.",
+    "The compass points north.",
+    "my password manager is great",  # the credential word names the manager
+    "I use a password manager for everything.",
+    "Forgot your password? Use the reset link.",
+    "curl -s https://api.example.com/v1/status",
+    "curl -u user https://api.example.com (it prompts for the password)",
+    "mysql -h db -P 3306 -u app -p app_db",
+    "docker run -u 1000:1000 image",
+    "docker login registry.example.com",
+    "The key-value store keeps sessions for a day.",
+    "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+    "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----",
+    "The office.com webhook docs explain connectors.",
+    "The discord server has a webhooks channel.",
+    "eyJ is how base64 of a JSON object begins; ewo is another opening.",
+    "secret_santa_list.txt is on the shared drive.",
+    "Signed URLs expire after 15 minutes.",
+    "Le mot de passe est incorrect.",
+    "Mon mot de passe est oublié.",
+    "Mein Passwort ist abgelaufen.",
+    "Ihr Passwort ist zu kurz.",
+    "Mi contraseña es incorrecta.",
+    "Tu contraseña es muy débil.",
+    "La passe décisive était superbe.",
+    "Ich muss den Pass verlängern.",
+    "El pase de abordar está en el correo.",
+    "パスワードを忘れた場合は、リセットしてください。",
+    "パスワードは8文字以上にしてください。",
+    "パスポートを持ってきてください。",
+    "请输入您的密码。",
+    "密码是必填项。",
+    "密碼錯誤\uff0c請再試一次。",
+    "我的护照在包里。",
 ]
+# fmt: on

@@ -5,7 +5,9 @@ When the selected history holds a checkpoint whose summarised events are still s
 lowercased words, English stop words out), and the best that fit what the budget leaves are
 restored as exact excerpts: one ``user`` item, right after the checkpoint's summary, each
 excerpt citing its event id, author and time. An excerpt whose text the selected history or
-the memory slot already holds is not sent twice.
+the memory slot already holds is not sent twice. An event whose text looks like it carries a
+credential (``ctxadmin.credentials``) is never restored: the summary redacted it or left the
+request out, and an exact excerpt cannot be redacted and still be exact.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from ctxadmin.canonical import canonical_json, canonical_size
+from ctxadmin.credentials import looks_like_secret
 
 # The newest hidden events a build reads (one query); older ones are not searched.
 MAX_CANDIDATES = 5_000
@@ -105,8 +108,8 @@ def restore(
 ) -> tuple[str | None, int]:
     """The excerpts item (canonical JSON) of the best ``ranked`` events that fit in
     ``room_bytes``, skipping any whose text ``held_json`` (canonical JSON of the selected
-    history and memory slot) or ``held_text`` (plain text) holds; and its size. ``None, 0``
-    when nothing fits."""
+    history and memory slot) or ``held_text`` (plain text) holds, or that looks like it
+    carries a credential; and its size. ``None, 0`` when nothing fits."""
     chosen: list[Hidden] = []
     texts: set[str] = set()
     used = canonical_size(_item([]))
@@ -116,6 +119,8 @@ def restore(
         if len(chosen) >= MAX_EXCERPTS:
             break
         if not event.text.strip() or event.text in texts or _held(event.text, held_json, held_text):
+            continue
+        if looks_like_secret(event.text):
             continue
         size = len(canonical_json(_line(event))) - 2 + len(canonical_json(event.event_id)) + 1
         if used + size > room_bytes:

@@ -75,6 +75,31 @@ class TestEntries:
         assert content not in str(error)
         assert MemoryEntry.objects.count() == 0
 
+    @pytest.mark.parametrize(
+        ("metadata", "field"),
+        [
+            ({"note": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"}, "metadata.note"),
+            (
+                {"a": {"b": ["ok", "Authorization: Bearer abcdefghijklmnopqrstuvwxyz12"]}},
+                "metadata.a.b[1]",
+            ),
+            ({"tags": ["travel", "mein Passwort ist sonnenblume"]}, "metadata.tags[1]"),
+            ({"ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8": 1}, "metadata.[redacted]"),
+        ],
+    )
+    def test_metadata_holding_a_credential_is_refused_as_content_is(self, api, metadata, field):
+        error = add(api, status=422, content="uses the billing tool", metadata=metadata)["error"]
+        assert error["code"] == "sensitive_memory_content"
+        assert error["details"] == {"field": field}
+        assert "4eC39Hq" not in str(error) and "abcdefghij" not in str(error)
+        assert "sonnenblume" not in str(error) and "a1B2c3" not in str(error)
+        assert MemoryEntry.objects.count() == 0
+
+    def test_ordinary_metadata_is_kept_whole(self, api):
+        metadata = {"note": "pass the salt", "tags": ["passport", "my password manager is great"]}
+        entry = add(api, content="uses the billing tool", metadata=metadata)
+        assert entry["metadata"] == metadata
+
     def test_secret_named_metadata_is_redacted(self, api):
         entry = add(
             api,

@@ -83,6 +83,14 @@ class TestCustomMetadata:
             "source": "session",
         }
 
+    def test_metadata_holding_a_credential_is_refused_and_nothing_is_added(self, api):
+        custom = {"topic": "travel", "note": "token for later: ghp_" + "Zx8" * 12}
+        error = post(api, {"events": events(), "custom_metadata": custom}, 422)
+        assert error["error"]["code"] == "sensitive_memory_content"
+        assert error["error"]["details"] == {"field": "custom_metadata.note"}
+        assert "Zx8" not in str(error)
+        assert MemoryEntry.objects.count() == 0
+
     @pytest.mark.parametrize(
         ("custom_metadata", "field"),
         [

@@ -189,3 +189,23 @@ def test_a_models_thoughts_are_never_restored_nor_summarised_as_said(api):
     assert "Lisbon tram 28 it is." in history
     assert restored.get("thinking", "Lisbon tram 28 it is.") == "Lisbon tram 28 it is."
     assert "Private reasoning" not in history
+
+
+def test_an_event_holding_a_credential_is_never_restored(api):
+    secret = "Tr4m-" + "Lisboa" + "-77x"
+    said = f"For the Lisbon tram pass my password is {secret} so book tram 28."
+    seed(api, tail=None)
+    extra = [
+        text("user", said, event_id="credential"),
+        text("agent", f"Lisbon tram noted. The account key is sk_live_{'L1sb0nTram28' * 3}"),
+    ]
+    assert api.post(f"{SESSION}/events", {"events": extra}, format="json").status_code == 201
+    filler = [text("user", f"filler {n} " + "z" * 60, event_id=f"f{n}") for n in range(12)]
+    assert api.post(f"{SESSION}/events", {"events": filler}, format="json").status_code == 201
+    assert api.post(f"{SESSION}/compactions", {}, format="json").status_code == 201
+    body = build(api, 8192)
+    restored = {k: v for item in excerpts(body) for k, v in cited(item).items()}
+    assert restored, "the other Lisbon turns are still restored"
+    assert "credential" not in restored
+    history = json.dumps(body["envelope"]["history"])
+    assert secret not in history and "L1sb0nTram28" not in history

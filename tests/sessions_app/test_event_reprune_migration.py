@@ -1,5 +1,7 @@
 """Events stored before key names were read as words are pruned again by migration 0012,
-from their stored fields, as an append prunes them today; untouched rows stay as they are."""
+from their stored fields, as an append prunes them today; untouched rows stay as they are.
+Those stored before the names added since (``pw``, ``tls_key``, ``contraseña``, …) are
+pruned of them by migration 0017."""
 
 from __future__ import annotations
 
@@ -56,3 +58,35 @@ def test_old_context_json_is_pruned_again_and_the_rest_is_left_alone():
         untouched.context_json,
         untouched.context_bytes,
     )
+
+
+names = importlib.import_module("sessions_app.migrations.0017_reprune_context_json_names")
+
+
+def test_context_json_stored_before_the_new_names_is_pruned_of_them():
+    api = make_tenant("acme").client()
+    api.post(sessions_url("acme"), {"session_id": "s"}, format="json")
+    args = {"pw": "pw-canary", "tls_key": "tls-canary", "contraseña": "es-canary", "city": "Rome"}
+    event = {
+        "event_id": "e1",
+        "author": "agent",
+        "content": {
+            "role": "model",
+            "parts": [{"function_call": {"id": "c1", "name": "login", "args": args}}],
+        },
+    }
+    appended = api.post(f"{sessions_url('acme')}/s/events", {"event": event}, format="json")
+    assert appended.status_code == 201, appended.content
+    pruned = Event.objects.get(event_id="e1")
+    assert "canary" not in pruned.context_json and "Rome" in pruned.context_json
+    # As the earlier rules stored it: none of these names was pruned.
+    old = json.loads(pruned.context_json)
+    old["content"]["parts"][0]["function_call"]["args"] = args
+    old_text = json.dumps(old, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    Event.objects.filter(pk=pruned.pk).update(context_json=old_text, context_bytes=len(old_text))
+
+    names.reprune(apps, None)
+
+    again = Event.objects.get(event_id="e1")
+    assert again.context_json == pruned.context_json
+    assert again.context_bytes == pruned.context_bytes == len(pruned.context_json.encode())

@@ -26,7 +26,8 @@ added a memory per put) read as one item, the newest, until a put of ``None`` de
 
 **Limits.** Memory's: a value's JSON at most ``CTXADMIN_MEMORY_MAX_CONTENT_BYTES`` (32 KiB by
 default); a value that looks like it carries a credential is refused (422
-``sensitive_memory_content``); a namespace's labels and key within
+``sensitive_memory_content``), and so are a namespace label or key that does (the server
+checks a memory's metadata as its content); a namespace's labels and key within
 ``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Under a legal hold, or within the app's retention
 period, a put that would replace an item is refused (409 ``legal_hold``,
 ``memory_retained``), as erasing it would be.
