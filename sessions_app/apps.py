@@ -8,6 +8,8 @@ class SessionsAppConfig(AppConfig):
 
     def ready(self) -> None:
         from ctxadmin.delegated import register_delegated_credential
-        from sessions_app import tool_tokens
+        from ctxadmin.erasure import register_user_eraser
+        from sessions_app import erasure, tool_tokens
 
         register_delegated_credential(tool_tokens.TOKEN_PREFIX, tool_tokens.authenticate)
+        register_user_eraser(erasure.erase_user_reach)

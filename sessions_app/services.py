@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ctxadmin.canonical import canonical_size
+from ctxadmin.erasure import lock_user
 from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
 from sessions_app import signals, store, telemetry
@@ -64,6 +65,7 @@ def create_session(
             if delta.app:
                 _check_state_size(store.merge_app_state(app.pk, delta.app), "app state")
             if delta.user:
+                lock_user(app, user_id, shared=True)  # after the user's erasure, or before it
                 _check_state_size(store.merge_user_state(app.pk, user_id, delta.user), "user state")
     except IntegrityError:
         raise ServiceError(
@@ -306,6 +308,7 @@ def _append_locked(
                 states.app_state = store.merge_app_state(app.pk, delta.app)
                 _check_state_size(states.app_state, "app state")
             if delta.user:
+                lock_user(app, user_id, shared=True)  # after the user's erasure, or before it
                 states.user_state = store.merge_user_state(app.pk, user_id, delta.user)
                 _check_state_size(states.user_state, "user state")
             store.insert_events(locked.pk, rows, states.state, now)

@@ -3,7 +3,8 @@
 A token reads ``ctt_<prefix>_<secret>`` (shown once; its SHA-256 digest is stored). It is
 bound to (app, user, session, invocation, function call), carries ``identity`` and the
 capabilities asked for, and stops working when it expires, on ``DELETE``, when the function
-response of its call is stored, or when a ``purge`` compaction deletes its call. Each of
+response of its call is stored, when a ``purge`` compaction deletes its call, or when its
+user is erased. Each of
 these ends is written on the token's row as it happens (the append that stores the answer
 ends the call's tokens in its own statement), so an end never depends on events that can
 later disappear, and nothing that ended starts again.
@@ -21,6 +22,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ctxadmin.delegated import CredentialEnded
+from ctxadmin.erasure import lock_user
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.keys import digest_matches, hash_key
 from ctxadmin.models import App
@@ -95,6 +97,7 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
         # between the check below and the token's insert (an append that answers the call
         # ends the call's tokens, but only those committed before it).
         Session.objects.select_for_update().filter(pk=session.pk).values_list("pk").get()
+        lock_user(app, session.user_id, shared=True)  # the user's erasure revokes it
         if answered(session.pk, call["id"], call_seq):
             raise ServiceError(
                 "function_call_answered",
@@ -195,6 +198,7 @@ def ended(token: ToolToken) -> CredentialEnded:
         "function response of its call was stored.",
         "purged": f"This {kind} no longer works: its invocation ended at {at}, when a "
         "compaction purged its function call.",
+        "erased": f"This {kind} no longer works: its user was erased at {at}.",
     }.get(reason, f"This {kind} was revoked at {at}.")
     return CredentialEnded(
         message,

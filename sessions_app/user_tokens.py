@@ -1,7 +1,8 @@
 """User tokens: least-authority tokens for an MCP client or one agent run, not tied to a
 function call. The same table, format (``ctt_<prefix>_<secret>``, shown once, stored as a
 digest) and resolution as tool tokens (``sessions_app.tool_tokens``), with no invocation:
-bound to one user and, when asked, one session; they end when they expire or are revoked.
+bound to one user and, when asked, one session; they end when they expire, are revoked, or
+their user is erased.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from ctxadmin.api.paths import path_segment_error
+from ctxadmin.erasure import lock_user
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.keys import hash_key
 from ctxadmin.models import App
@@ -58,31 +61,33 @@ def mint(app: App, user_id: str, body: Any, minted_by: str) -> tuple[ToolToken, 
         session = Session.objects.filter(app=app, user_id=user_id, session_id=session_id).first()
         if session is None:
             raise not_found()
-    open_tokens = ToolToken.objects.filter(
-        app=app,
-        user_id=user_id,
-        invocation__isnull=True,
-        revoked_at__isnull=True,
-        expires_at__gt=timezone.now(),
-    ).count()
-    if open_tokens >= MAX_OPEN_PER_USER:
-        raise ServiceError(
-            "too_many_user_tokens",
-            f"A user holds at most {MAX_OPEN_PER_USER} open user tokens; revoke some first.",
-            status_code=429,
+    with transaction.atomic():
+        lock_user(app, user_id, shared=True)  # the user's erasure revokes it
+        open_tokens = ToolToken.objects.filter(
+            app=app,
+            user_id=user_id,
+            invocation__isnull=True,
+            revoked_at__isnull=True,
+            expires_at__gt=timezone.now(),
+        ).count()
+        if open_tokens >= MAX_OPEN_PER_USER:
+            raise ServiceError(
+                "too_many_user_tokens",
+                f"A user holds at most {MAX_OPEN_PER_USER} open user tokens; revoke some first.",
+                status_code=429,
+            )
+        prefix, raw = _generate()
+        token = ToolToken.objects.create(
+            app=app,
+            user_id=user_id,
+            session=session,
+            label=label,
+            created_by_key=minted_by,
+            capabilities=sorted({"identity", *capabilities}),
+            prefix=prefix,
+            token_hash=hash_key(raw),
+            expires_at=timezone.now() + timedelta(milliseconds=ttl_ms),
         )
-    prefix, raw = _generate()
-    token = ToolToken.objects.create(
-        app=app,
-        user_id=user_id,
-        session=session,
-        label=label,
-        created_by_key=minted_by,
-        capabilities=sorted({"identity", *capabilities}),
-        prefix=prefix,
-        token_hash=hash_key(raw),
-        expires_at=timezone.now() + timedelta(milliseconds=ttl_ms),
-    )
     logger.info(
         "user token minted",
         extra={"app": app.name, "token": prefix, "minted_by": minted_by, "ttl_ms": ttl_ms},

@@ -2069,6 +2069,12 @@ export interface components {
                 entries: number;
                 queued_work: number;
                 consent_records: number;
+                /** @description user erasure: the user's user and tool tokens it ended */
+                tokens_revoked?: number;
+                /** @description user erasure: the user: state keys it removed */
+                user_state_keys?: number;
+                /** @description user erasure: the user: artifact names it deleted (with every version) */
+                user_artifacts?: number;
             };
             /** @description the scope's erasure epoch after the erasure */
             erasure_epoch: number;
