@@ -127,6 +127,7 @@ def append_events(
     *,
     expected_revision: int | None = None,
     path: str = "events",
+    state_remove: list[str] | None = None,
 ) -> AppendResult:
     """Append a batch, all or nothing.
 
@@ -141,17 +142,22 @@ def append_events(
     declines (a repeated id, a stale revision, a large state), takes the locking path:
     BEGIN, lock (with the scope states and stored copies of the batch's ids), the scope
     upserts, one insert-and-advance statement, COMMIT.
+
+    ``state_remove`` (validated keys) removes state keys of any stored scope after the
+    batch's deltas, with the events this append stores (a re-sent batch removes nothing): a
+    delta's null stays a stored null, as in ADK. It takes the locking path.
     """
     events = _validated(raw_events, path)
+    removal = scopes.split_keys(state_remove or [])
     try:
-        result = _append_once(app, user_id, session_id, events, expected_revision)
+        result = _append_once(app, user_id, session_id, events, expected_revision, removal)
     except IntegrityError as exc:
         # Two requests sent one event_id at once: the second locked the session after the
         # first committed, but its statement snapshot predates that event. Once more, it
         # sees the stored event and takes the idempotent path (or reports the conflict).
         if "event_unique_id" not in str(exc):
             raise
-        result = _append_once(app, user_id, session_id, events, expected_revision)
+        result = _append_once(app, user_id, session_id, events, expected_revision, removal)
     if result.created and any(compaction.completes_invocation(e) for e in events):
         # The events are stored (committed, or in the caller's transaction): what receivers
         # write joins that transaction.
@@ -195,18 +201,26 @@ def _combined(prepared: list[_Prepared]) -> scopes.ScopedDelta:
 
 
 def _append_once(
-    app: App, user_id: str, session_id: str, events: list[dict], expected_revision: int | None
+    app: App,
+    user_id: str,
+    session_id: str,
+    events: list[dict],
+    expected_revision: int | None,
+    removal: scopes.ScopedDelta,
 ) -> AppendResult:
     now = timezone.now()
     prepared = _prepare([event for event in events if not event["partial"]], now)
     delta = _combined(prepared)
-    if prepared and not delta.app and not delta.user:
+    removes = removal.app or removal.user or removal.session
+    if prepared and not delta.app and not delta.user and not removes:
         result = _append_in_one_statement(
             app, user_id, session_id, events, prepared, delta, expected_revision, now
         )
         if result is not None:
             return result
-    return _append_locked(app, user_id, session_id, events, prepared, expected_revision, now)
+    return _append_locked(
+        app, user_id, session_id, events, prepared, expected_revision, now, removal
+    )
 
 
 def _append_in_one_statement(
@@ -252,6 +266,7 @@ def _append_locked(
     prepared: list[_Prepared],
     expected_revision: int | None,
     now,
+    removal: scopes.ScopedDelta,
 ) -> AppendResult:
     """Lock the session row, then decide: stale, repeated (idempotent or conflicting) ids,
     state size; then insert. BEGIN, lock, insert, COMMIT (plus an upsert per changed scope)."""
@@ -301,15 +316,18 @@ def _append_locked(
         states = store.ScopeStates(locked.state, locked.app_state, locked.user_state)
         revision, updated_at = locked.revision, locked.updated_at
         if rows:
-            if delta.session:
-                states.state = {**states.state, **delta.session}
+            if delta.session or removal.session:
+                kept = {**states.state, **delta.session}
+                states.state = scopes.without_keys(kept, removal.session)
                 _check_state_size(states.state, "session state")
-            if delta.app:
-                states.app_state = store.merge_app_state(app.pk, delta.app)
+            if delta.app or removal.app:
+                states.app_state = store.merge_app_state(app.pk, delta.app, tuple(removal.app))
                 _check_state_size(states.app_state, "app state")
-            if delta.user:
+            if delta.user or removal.user:
                 lock_user(app, user_id, shared=True)  # after the user's erasure, or before it
-                states.user_state = store.merge_user_state(app.pk, user_id, delta.user)
+                states.user_state = store.merge_user_state(
+                    app.pk, user_id, delta.user, tuple(removal.user)
+                )
                 _check_state_size(states.user_state, "user state")
             store.insert_events(locked.pk, rows, states.state, now)
             store.end_answered_tokens(locked.pk, store.answered_call_ids(rows))

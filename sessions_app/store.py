@@ -118,31 +118,38 @@ def _merge(sql: str, params: list) -> dict:
         return decode(cursor.fetchone()[0])
 
 
-def merge_app_state(app_pk: int, delta: dict) -> dict:
-    """Shallow-merge ``delta`` into the app state (creating it), row-locked; the new state."""
+def merge_app_state(app_pk: int, delta: dict, removed: tuple[str, ...] = ()) -> dict:
+    """Shallow-merge ``delta`` into the app state (creating it), then remove the ``removed``
+    keys, row-locked; the new state."""
     return _merge(
         """
         INSERT INTO sessions_app_appstate (app_id, state, updated_at)
         VALUES (%s, %s::jsonb, now())
         ON CONFLICT (app_id) DO UPDATE
-           SET state = sessions_app_appstate.state || EXCLUDED.state, updated_at = now()
+           SET state = (sessions_app_appstate.state || EXCLUDED.state) - %s::text[],
+               updated_at = now()
         RETURNING state
         """,
-        [app_pk, _dumps(delta)],
+        [app_pk, _dumps(_without(delta, removed)), list(removed)],
     )
 
 
-def merge_user_state(app_pk: int, user_id: str, delta: dict) -> dict:
+def merge_user_state(app_pk: int, user_id: str, delta: dict, removed: tuple[str, ...] = ()) -> dict:
     return _merge(
         """
         INSERT INTO sessions_app_userstate (app_id, user_id, state, updated_at)
         VALUES (%s, %s, %s::jsonb, now())
         ON CONFLICT (app_id, user_id) DO UPDATE
-           SET state = sessions_app_userstate.state || EXCLUDED.state, updated_at = now()
+           SET state = (sessions_app_userstate.state || EXCLUDED.state) - %s::text[],
+               updated_at = now()
         RETURNING state
         """,
-        [app_pk, user_id, _dumps(delta)],
+        [app_pk, user_id, _dumps(_without(delta, removed)), list(removed)],
     )
+
+
+def _without(delta: dict, removed: tuple[str, ...]) -> dict:
+    return {key: value for key, value in delta.items() if key not in removed}
 
 
 @dataclass(frozen=True)

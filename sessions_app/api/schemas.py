@@ -216,6 +216,15 @@ COMPONENTS = {
                 "event": ref("EventInput"),
                 "events": {"type": "array", "items": ref("EventInput"), "minItems": 1},
                 "expected_revision": {"type": "integer", "minimum": 0, "nullable": True},
+                "state_remove": {
+                    "type": "array",
+                    "items": {"type": "string", "minLength": 1, "maxLength": 256},
+                    "maxItems": 256,
+                    "nullable": True,
+                    "description": "state keys to remove (session keys, `user:` and `app:` "
+                    "keys; not `temp:`), after the batch's deltas and only with the events "
+                    "this append stores. A delta's null stays a stored null (as in ADK).",
+                },
             }
         ),
         "description": "Exactly one of `event` or `events` (at most CTXADMIN_MAX_BATCH_EVENTS).",

@@ -1406,6 +1406,8 @@ export interface components {
             event?: components["schemas"]["EventInput"];
             events?: components["schemas"]["EventInput"][];
             expected_revision?: number | null;
+            /** @description state keys to remove (session keys, `user:` and `app:` keys; not `temp:`), after the batch's deltas and only with the events this append stores. A delta's null stays a stored null (as in ADK). */
+            state_remove?: string[] | null;
         };
         AppendResponse: {
             events: components["schemas"]["Event"][];
