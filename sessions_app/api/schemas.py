@@ -483,6 +483,12 @@ _USER_TOKEN_INFO = {
     "expires_at": {"type": "string", "format": "date-time"},
     "last_used_at": {"type": "string", "format": "date-time", "nullable": True},
     "revoked_at": {"type": "string", "format": "date-time", "nullable": True},
+    "revoked_reason": {
+        "enum": ["revoked", "erased", "minter_revoked", None],
+        "nullable": True,
+        "description": "why a revoked token ended (token_ended's reason): revoked by a call, "
+        "its user erased, or the key that minted it revoked or rotated",
+    },
 }
 COMPONENTS.update(
     {
@@ -519,6 +525,17 @@ COMPONENTS.update(
             ["token", *_USER_TOKEN_INFO],
         ),
         "UserTokenPage": page("UserToken"),
+        "UserTokenRevokeByMinter": strict(
+            {
+                "minted_by": {
+                    "type": "string",
+                    "pattern": "^[a-z0-9]{10}$",
+                    "description": "the prefix of the API key that minted the tokens",
+                }
+            },
+            ["minted_by"],
+        ),
+        "UserTokensRevoked": strict({"revoked": {"type": "integer", "minimum": 0}}, ["revoked"]),
         "SessionState": strict(
             {
                 "app": {"type": "string"},

@@ -107,6 +107,7 @@ def test_writes_in_flight_when_the_erasure_starts_do_not_survive_it():
     the user's lock shared; the erasure waits for it to commit, then erases what it wrote
     (without the lock the erasure would not see the uncommitted rows, and they would stay)."""
     acme = make_tenant("acme")
+    key = acme.app.api_keys.get()
     wrote, release = threading.Event(), threading.Event()
     results: dict[str, object] = {}
 
@@ -116,7 +117,7 @@ def test_writes_in_flight_when_the_erasure_starts_do_not_survive_it():
                 services.create_session(acme.app, "alice", "s1", {"user:tier": "gold"})
                 artifacts.save_artifact(acme.app, "alice", "s1", "user:a.txt", b"x", "text/plain")
                 results["token"] = user_tokens.mint(
-                    acme.app, "alice", {"capabilities": ["state_read"]}, "test"
+                    acme.app, "alice", {"capabilities": ["state_read"]}, key
                 )
                 wrote.set()
                 assert release.wait(10)
