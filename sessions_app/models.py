@@ -379,7 +379,7 @@ class ToolToken(DelegatedCredential, models.Model):
     tool_name = models.CharField(max_length=256, blank=True)
     label = models.CharField(max_length=200, blank=True)
     # The prefix of the API key that minted the token: its revocation ends the token.
-    created_by_key = models.CharField(max_length=16, blank=True)
+    created_by_key = models.CharField(max_length=16, blank=True, verbose_name="minted by key")
     capabilities = ArrayField(
         models.CharField(max_length=32, choices=[(c, c) for c in CAPABILITIES])
     )
@@ -409,7 +409,9 @@ class ToolToken(DelegatedCredential, models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.prefix} ({self.tool_name or self.label})"
+        # Never the label: the minting app's free text is content (the console shows it only
+        # with the content permission).
+        return f"{self.prefix} ({self.tool_name or 'user token'})"
 
     @property
     def credential_kind(self) -> str:
