@@ -388,7 +388,7 @@ class ToolToken(DelegatedCredential, models.Model):
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
-    # deleted, answered, purged, erased (its user), minter_revoked (its minting key)
+    # deleted, answered, purged, rewound, erased (its user), minter_revoked (its minting key)
     revoked_reason = models.CharField(max_length=16, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 

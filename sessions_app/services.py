@@ -19,6 +19,7 @@ from sessions_app import signals, store, telemetry
 from sessions_app import state as scopes
 from sessions_app.compaction import triggers as compaction
 from sessions_app.events import (
+    REWIND,
     EventError,
     EventLimits,
     content_hash,
@@ -137,8 +138,8 @@ def append_events(
     a 409 ``event_id_conflict`` otherwise. Partial events are validated and returned, never
     stored. ``expected_revision`` turns the append into a compare-and-append.
 
-    New events without ``app:``/``user:`` deltas (the common case) take one statement in
-    autocommit: lock, id check, insert, advance. Anything else, or what that statement
+    New events without ``app:``/``user:`` deltas or a rewind (the common case) take one
+    statement in autocommit: lock, id check, insert, advance. Anything else, or what that statement
     declines (a repeated id, a stale revision, a large state), takes the locking path:
     BEGIN, lock (with the scope states and stored copies of the batch's ids), the scope
     upserts, one insert-and-advance statement, COMMIT.
@@ -212,7 +213,9 @@ def _append_once(
     prepared = _prepare([event for event in events if not event["partial"]], now)
     delta = _combined(prepared)
     removes = removal.app or removal.user or removal.session
-    if prepared and not delta.app and not delta.user and not removes:
+    # A rewind ends the tool tokens of what it undoes: the locking path does that.
+    rewinds = any(item.row.derived.kinds & REWIND for item in prepared)
+    if prepared and not delta.app and not delta.user and not removes and not rewinds:
         result = _append_in_one_statement(
             app, user_id, session_id, events, prepared, delta, expected_revision, now
         )
@@ -331,6 +334,7 @@ def _append_locked(
                 _check_state_size(states.user_state, "user state")
             store.insert_events(locked.pk, rows, states.state, now)
             store.end_answered_tokens(locked.pk, store.answered_call_ids(rows))
+            store.end_rewound_tokens(locked.pk, store.rewound_invocation_ids(rows))
             revision, updated_at = revision + 1, now
             _after_append(locked.pk, locked.automatic_compaction, fresh)
         by_id = store.stored_events(locked.pk, repeated)

@@ -227,6 +227,32 @@ END_ANSWERED_TOKENS_SQL = (
 )
 
 
+def rewound_invocation_ids(rows: list[NewEvent]) -> list[str]:
+    """The invocations a batch's rewind events rewind (ADK's ``rewind_before_invocation_id``)."""
+    return sorted(
+        {
+            row.event["actions"]["rewind_before_invocation_id"]
+            for row in rows
+            if row.event["actions"].get("rewind_before_invocation_id")
+        }
+    )
+
+
+def end_rewound_tokens(session_pk: int, invocation_ids: list[str]) -> None:
+    """A rewind undoes its invocation and every one after it: the tool tokens of the calls
+    it undoes (from the first event of the earliest rewound invocation on) end with it."""
+    if not invocation_ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE sessions_app_tooltoken SET revoked_at = now(), revoked_reason = 'rewound' "
+            "WHERE session_id = %s AND revoked_at IS NULL AND invocation_id IS NOT NULL "
+            "AND call_seq >= (SELECT min(seq) FROM sessions_app_event "
+            "WHERE session_id = %s AND invocation_id = ANY(%s))",
+            [session_pk, session_pk, invocation_ids],
+        )
+
+
 def end_answered_tokens(session_pk: int, call_ids: list[str]) -> None:
     """End the tool tokens of the answered calls (inside the append's transaction)."""
     if not call_ids:

@@ -2,10 +2,11 @@
 
 A token reads ``ctt_<prefix>_<secret>`` (shown once; its SHA-256 digest is stored). It is
 bound to (app, user, session, invocation, function call), carries ``identity`` and the
-capabilities asked for, and stops working when it expires, on ``DELETE``, when the function
-response of its call is stored, when a ``purge`` compaction deletes its call, when its
-user is erased, or when the API key that minted it is revoked or rotated. Each of
-these ends is written on the token's row as it happens (the append that stores the answer
+capabilities asked for (only those whose scope the minting key holds), and stops working
+when it expires, on ``DELETE``, when the function response of its call is stored, when a
+``purge`` compaction deletes its call, when a rewind (``rewind_before_invocation_id``) undoes
+its call, when its user is erased, or when the API key that minted it is revoked or rotated.
+Each of these ends is written on the token's row as it happens (the append that stores the answer
 ends the call's tokens in its own statement), so an end never depends on events that can
 later disappear, and nothing that ended starts again.
 """
@@ -255,6 +256,8 @@ def ended(token: ToolToken) -> CredentialEnded:
         "function response of its call was stored.",
         "purged": f"This {kind} no longer works: its invocation ended at {at}, when a "
         "compaction purged its function call.",
+        "rewound": f"This {kind} no longer works: its invocation ended at {at}, when the "
+        "session was rewound before its call.",
         "erased": f"This {kind} no longer works: its user was erased at {at}.",
         "minter_revoked": f"This {kind} no longer works: the API key that minted it was "
         f"revoked at {at}.",
