@@ -94,15 +94,16 @@ def rotate_api_key(key: ApiKey) -> tuple[ApiKey, str]:
 def revoke_api_keys(keys) -> int:
     """Revoke the given keys (a queryset); already revoked ones keep their time. The
     delegated credentials they minted end in the same transaction."""
+    chosen = list(keys.filter(revoked_at__isnull=True).values_list("pk", flat=True))
     with transaction.atomic():
+        # The key rows alone, locked (the chosen queryset may join), so what a concurrent
+        # revocation already ended is not counted twice.
         prefixes = list(
-            keys.filter(revoked_at__isnull=True)
+            ApiKey.objects.filter(pk__in=chosen, revoked_at__isnull=True)
             .select_for_update()
             .values_list("prefix", flat=True)
         )
-        revoked = ApiKey.objects.filter(prefix__in=prefixes, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
-        )
+        revoked = ApiKey.objects.filter(prefix__in=prefixes).update(revoked_at=timezone.now())
         end_minted_by(prefixes)
     return revoked
 
