@@ -64,3 +64,18 @@ def register_delegated_credential(
 
 def resolvers() -> list[tuple[str, Callable[[str], DelegatedCredential | None]]]:
     return list(_DELEGATED.items())
+
+
+#: ``[key prefix] -> how many ended``: ends the delegated credentials the keys minted. Called
+#: in the transaction that revokes the keys (revocation and rotation), after their UPDATE.
+_MINTER_ENDERS: list[Callable[[list[str]], int]] = []
+
+
+def register_minter_ender(end: Callable[[list[str]], int]) -> None:
+    """Credentials minted by an API key end when the key is revoked (an app's ``ready``)."""
+    if end not in _MINTER_ENDERS:
+        _MINTER_ENDERS.append(end)
+
+
+def end_minted_by(prefixes: list[str]) -> int:
+    return sum(int(end(prefixes)) for end in _MINTER_ENDERS) if prefixes else 0

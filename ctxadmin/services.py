@@ -7,10 +7,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from ctxadmin.delegated import end_minted_by
 from ctxadmin.errors import not_found
 from ctxadmin.keys import generate_key, hash_key
 from ctxadmin.models import APP_NAME_TAKEN, SCOPES, ApiKey, App
@@ -78,19 +79,47 @@ def create_api_key(
 
 def rotate_api_key(key: ApiKey) -> tuple[ApiKey, str]:
     """A new key with the old one's app, scopes and name, and the old one revoked, in one
-    transaction (a concurrent rotation of the same key finds it revoked: 404)."""
+    transaction (a concurrent rotation of the same key finds it revoked: 404). The tokens
+    the old key minted end with it (the new key mints its own)."""
     with transaction.atomic():
         revoked = ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
         if not revoked:
             raise not_found()
+        end_minted_by([key.prefix])
         return create_api_key(key.app, key.scopes, name=key.name)
 
 
 def revoke_api_keys(keys) -> int:
-    """Revoke the given keys (a queryset); already revoked ones keep their time."""
-    return keys.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+    """Revoke the given keys (a queryset); already revoked ones keep their time. The
+    delegated credentials they minted end in the same transaction."""
+    chosen = list(keys.filter(revoked_at__isnull=True).values_list("pk", flat=True))
+    with transaction.atomic():
+        # The key rows alone, locked (the chosen queryset may join), so what a concurrent
+        # revocation already ended is not counted twice.
+        prefixes = list(
+            ApiKey.objects.filter(pk__in=chosen, revoked_at__isnull=True)
+            .select_for_update()
+            .values_list("prefix", flat=True)
+        )
+        revoked = ApiKey.objects.filter(prefix__in=prefixes).update(revoked_at=timezone.now())
+        end_minted_by(prefixes)
+    return revoked
+
+
+def hold_minting_key(key: ApiKey) -> bool:
+    """Hold the key's row against revocation to the end of the transaction (``FOR SHARE``:
+    mints do not wait for each other); False when it was revoked meanwhile. A credential
+    minted under it is then committed before the revocation ends those the key minted."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("hold_minting_key needs a transaction")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT revoked_at IS NULL FROM ctxadmin_apikey WHERE id = %s FOR SHARE", [key.pk]
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 def touch_api_key(key: ApiKey) -> None:

@@ -13,7 +13,9 @@ passed is not erased: 409 ``memory_retained``); user erasure ignores retention, 
 legal hold. User erasure also removes the user's consent record and advances the scope's
 erasure epoch: a write that carries an older epoch (work queued or in flight before the
 erasure) is refused with 409 ``memory_erasure_epoch_stale``, so it cannot bring the erased
-memory back.
+memory back. In the same transaction it erases what the user reaches beyond memory through
+the erasers other domains register in ``ctxadmin.erasure`` (their tokens end, their
+``user:`` state and ``user:`` artifacts go); the writes of those take the same lock, shared.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from django.db import connection, transaction
 
 from ctxadmin.canonical import fingerprint
+from ctxadmin.erasure import erase_user_reach
 from ctxadmin.errors import ServiceError, not_found, uuid_or_404
 from ctxadmin.models import App
 from ctxadmin.timestamps import iso_timestamp
@@ -177,7 +180,8 @@ def erase_session(app: App, user_id: str, session_id: str, key_prefix: str) -> d
 
 def erase_user(app: App, user_id: str, key_prefix: str) -> dict:
     """The user's whole memory, ignoring retention: entries, queued work and the consent
-    record; the scope's erasure epoch advances in the same transaction."""
+    record; and what the user reaches without a session (tokens, ``user:`` state and
+    artifacts). The scope's erasure epoch advances in the same transaction."""
     with transaction.atomic():
         lock_scope(app, user_id)
         refuse_if_held(app, user_id)
@@ -193,9 +197,10 @@ def erase_user(app: App, user_id: str, key_prefix: str) -> dict:
             )
             consent = cursor.rowcount
         queued = _erase_queued_work(app, user_id, None)
+        counts = {**_counts(entries, queued, consent), **erase_user_reach(app, user_id)}
         # A user with nothing left (an erasure pipeline's retry) gets a receipt of zero counts;
         # the epoch moves only when something was erased.
-        erased = entries or queued or consent
+        erased = any(counts.values())
         epoch = advance_epoch(app, user_id) if erased else current_epoch(app, user_id)
         return _receipt(
             app,
@@ -203,6 +208,6 @@ def erase_user(app: App, user_id: str, key_prefix: str) -> dict:
             kind=ErasureReceipt.USER,
             target="",
             key_prefix=key_prefix,
-            counts=_counts(entries, queued, consent),
+            counts=counts,
             epoch=epoch,
         )

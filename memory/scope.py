@@ -11,31 +11,23 @@ from __future__ import annotations
 
 from django.db import connection
 
-from ctxadmin.canonical import fingerprint
+from ctxadmin.erasure import lock_user, user_fingerprint
 from ctxadmin.errors import ServiceError, invalid
 from ctxadmin.models import App
-
-# The first key of the two-key advisory lock taken per scope ("mem\0").
-_LOCK_NAMESPACE = 0x6D656D00
 
 
 def scope_fingerprint(app: App | int, user_id: str) -> str:
     """SHA-256 of the canonical JSON of ``{"app_id", "user_id"}``: names a scope in records
     that outlive its erasure without carrying the user id."""
-    app_id = app if isinstance(app, int) else app.pk
-    return fingerprint({"app_id": app_id, "user_id": user_id})
+    return user_fingerprint(app, user_id)
 
 
 def lock_scope(app: App, user_id: str, *, shared: bool = False) -> None:
     """The scope's erasure lock, to the end of the current transaction. Erasures take it
     exclusively; writes that carry an epoch take it shared (they do not wait for each
-    other, only for an erasure)."""
-    if not connection.in_atomic_block:
-        raise RuntimeError("lock_scope needs a transaction")
-    key = int(scope_fingerprint(app, user_id)[:8], 16) - 2**31
-    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s, %s)", [_LOCK_NAMESPACE, key])
+    other, only for an erasure). The user's lock (``ctxadmin.erasure``): the other domains'
+    writes of what the user reaches take the same one."""
+    lock_user(app, user_id, shared=shared)
 
 
 def current_epoch(app: App, user_id: str) -> int:

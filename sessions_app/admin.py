@@ -322,12 +322,19 @@ class InvocationAdmin(SessionRowAdmin):
 
 
 @admin.register(ToolToken)
-class ToolTokenAdmin(MachineOwnedAdmin):
-    """Tool tokens' metadata (never the token: only its digest is stored, and not shown)."""
+class ToolTokenAdmin(ContentAdminMixin, MachineOwnedAdmin):
+    """Tool and user tokens' metadata: whose they are and which key minted them (never the
+    token: only its digest is stored, and not shown). A user token's label is the minting
+    app's free text: shown only to operators holding ``ctxadmin.view_content``, on this
+    detail page, audit-logged."""
 
+    content_fields = ("token_label",)
     list_display = [
         "prefix",
         "app",
+        "kind",
+        "user_id",
+        "created_by_key",
         "tool_name",
         "capabilities",
         "created_at",
@@ -340,7 +347,17 @@ class ToolTokenAdmin(MachineOwnedAdmin):
     readonly_fields = fields
     list_filter = ["app", "revoked_reason"]
     list_select_related = ["app"]
+    search_fields = ["=created_by_key"]  # the tooltoken_minter index
+    search_help_text = "The prefix of the minting API key, exactly."
     ordering = ["-created_at"]
+
+    @admin.display(description="kind")
+    def kind(self, obj):
+        return "tool token" if obj.invocation_id is not None else "user token"
+
+    @admin.display(description="label (content)")
+    def token_label(self, obj):
+        return render(obj.label or "")
 
 
 class EventAppFilter(admin.SimpleListFilter):

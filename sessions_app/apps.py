@@ -7,7 +7,10 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Sessions and events"
 
     def ready(self) -> None:
-        from ctxadmin.delegated import register_delegated_credential
-        from sessions_app import tool_tokens
+        from ctxadmin.delegated import register_delegated_credential, register_minter_ender
+        from ctxadmin.erasure import register_user_eraser
+        from sessions_app import erasure, tool_tokens
 
         register_delegated_credential(tool_tokens.TOKEN_PREFIX, tool_tokens.authenticate)
+        register_user_eraser(erasure.erase_user_reach)
+        register_minter_ender(tool_tokens.end_minted_by)

@@ -354,6 +354,23 @@ def _validate_actions(actions: Any, path: str, limits: EventLimits) -> dict:
     return result
 
 
+def validate_state_remove(value: Any, path: str, limits: EventLimits) -> list[str]:
+    """The state keys an append removes (``app:``, ``user:`` or the session's own; ``temp:``
+    keys are never stored): at most ``max_state_keys`` distinct keys, each 1-256 characters."""
+    if not isinstance(value, list) or not all(isinstance(key, str) for key in value):
+        raise EventError(path, "must be a list of state keys")
+    if len(value) > limits.max_state_keys:
+        raise EventError(path, f"must have at most {limits.max_state_keys} keys")
+    for index, key in enumerate(value):
+        if not key or len(key) > _STATE_KEY_MAX:
+            raise EventError(f"{path}[{index}]", f"must be 1-{_STATE_KEY_MAX} characters")
+        if key in ("app:", "user:", "temp:"):
+            raise EventError(f"{path}[{index}]", "a scope prefix needs a name after it")
+        if key.startswith("temp:"):
+            raise EventError(f"{path}[{index}]", "temp: keys are never stored")
+    return sorted(set(value))
+
+
 def _usage(usage: Any, path: str) -> dict:
     usage = _object(usage, path)
     result = _kept(usage, "GenerateContentResponseUsageMetadata", path, USAGE_KEYS)

@@ -378,8 +378,8 @@ class ToolToken(DelegatedCredential, models.Model):
     call_seq = models.BigIntegerField(null=True, blank=True)
     tool_name = models.CharField(max_length=256, blank=True)
     label = models.CharField(max_length=200, blank=True)
-    # The prefix of the API key that minted a user token (audit).
-    created_by_key = models.CharField(max_length=16, blank=True)
+    # The prefix of the API key that minted the token: its revocation ends the token.
+    created_by_key = models.CharField(max_length=16, blank=True, verbose_name="minted by key")
     capabilities = ArrayField(
         models.CharField(max_length=32, choices=[(c, c) for c in CAPABILITIES])
     )
@@ -388,17 +388,30 @@ class ToolToken(DelegatedCredential, models.Model):
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_reason = models.CharField(max_length=16, blank=True)  # deleted, answered, purged
+    # deleted, answered, purged, rewound, erased (its user), minter_revoked (its minting key)
+    revoked_reason = models.CharField(max_length=16, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
             models.Index(fields=["invocation", "expires_at"], name="tooltoken_invocation"),
             models.Index(fields=["app", "user_id", "-created_at"], name="tooltoken_user"),
+            # The app-wide list of user tokens, newest first, by cursor.
+            models.Index(
+                "app",
+                models.F("created_at").desc(),
+                models.F("id").desc(),
+                condition=models.Q(invocation__isnull=True),
+                name="tooltoken_app_user_tokens",
+            ),
+            # What a key's revocation ends, and the list's minted_by filter.
+            models.Index(fields=["created_by_key", "created_at"], name="tooltoken_minter"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.prefix} ({self.tool_name or self.label})"
+        # Never the label: the minting app's free text is content (the console shows it only
+        # with the content permission).
+        return f"{self.prefix} ({self.tool_name or 'user token'})"
 
     @property
     def credential_kind(self) -> str:

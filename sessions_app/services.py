@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ctxadmin.canonical import canonical_size
+from ctxadmin.erasure import lock_user
 from ctxadmin.errors import ServiceError, invalid, session_not_found
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
@@ -19,6 +20,7 @@ from sessions_app import signals, store, telemetry
 from sessions_app import state as scopes
 from sessions_app.compaction import triggers as compaction
 from sessions_app.events import (
+    REWIND,
     EventError,
     EventLimits,
     content_hash,
@@ -65,6 +67,7 @@ def create_session(
             if delta.app:
                 _check_state_size(store.merge_app_state(app.pk, delta.app), "app state")
             if delta.user:
+                lock_user(app, user_id, shared=True)  # after the user's erasure, or before it
                 _check_state_size(store.merge_user_state(app.pk, user_id, delta.user), "user state")
     except IntegrityError:
         raise ServiceError(
@@ -150,6 +153,7 @@ def append_events(
     expected_revision: int | None = None,
     path: str = "events",
     reach: scopes.StateReach = scopes.FULL_REACH,
+    state_remove: list[str] | None = None,
 ) -> AppendResult:
     """Append a batch, all or nothing.
 
@@ -159,26 +163,40 @@ def append_events(
     a 409 ``event_id_conflict`` otherwise. Partial events are validated and returned, never
     stored. ``expected_revision`` turns the append into a compare-and-append.
 
-    New events without ``app:``/``user:`` deltas (the common case) take one statement in
-    autocommit: lock, id check, insert, advance. Anything else, or what that statement
+    New events without ``app:``/``user:`` deltas or a rewind (the common case) take one
+    statement in autocommit: lock, id check, insert, advance. Anything else, or what that statement
     declines (a repeated id, a stale revision, a large state), takes the locking path:
     BEGIN, lock (with the scope states and stored copies of the batch's ids), the scope
     upserts, one insert-and-advance statement, COMMIT.
 
-    ``reach`` is what the writer may write of the shared state scopes: a delta outside it is
-    a 403 ``state_scope_denied`` naming the key.
+    ``reach`` is what the writer may write of the shared state scopes: a delta (or a
+    removal) outside it is a 403 ``state_scope_denied`` naming the key.
+
+    ``state_remove`` (validated keys) removes state keys of any stored scope after the
+    batch's deltas, with the events this append stores (a re-sent batch removes nothing): a
+    delta's null stays a stored null, as in ADK. It takes the locking path.
     """
     events = _validated(raw_events, path)
     _check_reach(events, reach, path)
+    removed = scopes.out_of_reach(dict.fromkeys(state_remove or []), reach)
+    if removed is not None:
+        raise ServiceError(
+            "state_scope_denied",
+            f"state_remove: this credential may not write {removed[1]} state "
+            f"({echoed(removed[0])!r})",
+            status_code=403,
+            details={"field": "state_remove", "key": echoed(removed[0]), "scope": removed[1]},
+        )
+    removal = scopes.split_keys(state_remove or [])
     try:
-        result = _append_once(app, user_id, session_id, events, expected_revision)
+        result = _append_once(app, user_id, session_id, events, expected_revision, removal)
     except IntegrityError as exc:
         # Two requests sent one event_id at once: the second locked the session after the
         # first committed, but its statement snapshot predates that event. Once more, it
         # sees the stored event and takes the idempotent path (or reports the conflict).
         if "event_unique_id" not in str(exc):
             raise
-        result = _append_once(app, user_id, session_id, events, expected_revision)
+        result = _append_once(app, user_id, session_id, events, expected_revision, removal)
     if result.created and any(compaction.completes_invocation(e) for e in events):
         # The events are stored (committed, or in the caller's transaction): what receivers
         # write joins that transaction.
@@ -222,18 +240,28 @@ def _combined(prepared: list[_Prepared]) -> scopes.ScopedDelta:
 
 
 def _append_once(
-    app: App, user_id: str, session_id: str, events: list[dict], expected_revision: int | None
+    app: App,
+    user_id: str,
+    session_id: str,
+    events: list[dict],
+    expected_revision: int | None,
+    removal: scopes.ScopedDelta,
 ) -> AppendResult:
     now = timezone.now()
     prepared = _prepare([event for event in events if not event["partial"]], now)
     delta = _combined(prepared)
-    if prepared and not delta.app and not delta.user:
+    removes = removal.app or removal.user or removal.session
+    # A rewind ends the tool tokens of what it undoes: the locking path does that.
+    rewinds = any(item.row.derived.kinds & REWIND for item in prepared)
+    if prepared and not delta.app and not delta.user and not removes and not rewinds:
         result = _append_in_one_statement(
             app, user_id, session_id, events, prepared, delta, expected_revision, now
         )
         if result is not None:
             return result
-    return _append_locked(app, user_id, session_id, events, prepared, expected_revision, now)
+    return _append_locked(
+        app, user_id, session_id, events, prepared, expected_revision, now, removal
+    )
 
 
 def _append_in_one_statement(
@@ -279,6 +307,7 @@ def _append_locked(
     prepared: list[_Prepared],
     expected_revision: int | None,
     now,
+    removal: scopes.ScopedDelta,
 ) -> AppendResult:
     """Lock the session row, then decide: stale, repeated (idempotent or conflicting) ids,
     state size; then insert. BEGIN, lock, insert, COMMIT (plus an upsert per changed scope)."""
@@ -328,17 +357,22 @@ def _append_locked(
         states = store.ScopeStates(locked.state, locked.app_state, locked.user_state)
         revision, updated_at = locked.revision, locked.updated_at
         if rows:
-            if delta.session:
-                states.state = {**states.state, **delta.session}
+            if delta.session or removal.session:
+                kept = {**states.state, **delta.session}
+                states.state = scopes.without_keys(kept, removal.session)
                 _check_state_size(states.state, "session state")
-            if delta.app:
-                states.app_state = store.merge_app_state(app.pk, delta.app)
+            if delta.app or removal.app:
+                states.app_state = store.merge_app_state(app.pk, delta.app, tuple(removal.app))
                 _check_state_size(states.app_state, "app state")
-            if delta.user:
-                states.user_state = store.merge_user_state(app.pk, user_id, delta.user)
+            if delta.user or removal.user:
+                lock_user(app, user_id, shared=True)  # after the user's erasure, or before it
+                states.user_state = store.merge_user_state(
+                    app.pk, user_id, delta.user, tuple(removal.user)
+                )
                 _check_state_size(states.user_state, "user state")
             store.insert_events(locked.pk, rows, states.state, now)
             store.end_answered_tokens(locked.pk, store.answered_call_ids(rows))
+            store.end_rewound_tokens(locked.pk, store.rewound_invocation_ids(rows))
             revision, updated_at = revision + 1, now
             _after_append(locked.pk, locked.automatic_compaction, fresh)
         by_id = store.stored_events(locked.pk, repeated)

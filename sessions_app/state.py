@@ -3,7 +3,8 @@
 ``app:key`` is shared by every session of the app, ``user:key`` by every session of one
 user, a plain ``key`` belongs to the session, and ``temp:key`` lives only in the response of
 the append that carries it. App and user state are stored without their prefix and merged,
-re-prefixed, on read.
+re-prefixed, on read. A delta's null is a stored null (as in ADK); a key is removed only by
+an append's ``state_remove``.
 """
 
 from __future__ import annotations
@@ -65,6 +66,16 @@ def out_of_reach(delta: dict[str, Any], reach: StateReach) -> tuple[str, str] | 
         if not reach.user and key.startswith(USER_PREFIX):
             return key, "user"
     return None
+
+
+def split_keys(keys: list[str]) -> ScopedDelta:
+    """Keys to remove, by scope (un-prefixed for ``app:`` and ``user:``), as a delta whose
+    values are unused."""
+    return split_delta(dict.fromkeys(keys))
+
+
+def without_keys(state: dict[str, Any], keys: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in state.items() if key not in keys}
 
 
 def without_temp(delta: dict[str, Any]) -> dict[str, Any]:

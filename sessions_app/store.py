@@ -118,31 +118,38 @@ def _merge(sql: str, params: list) -> dict:
         return decode(cursor.fetchone()[0])
 
 
-def merge_app_state(app_pk: int, delta: dict) -> dict:
-    """Shallow-merge ``delta`` into the app state (creating it), row-locked; the new state."""
+def merge_app_state(app_pk: int, delta: dict, removed: tuple[str, ...] = ()) -> dict:
+    """Shallow-merge ``delta`` into the app state (creating it), then remove the ``removed``
+    keys, row-locked; the new state."""
     return _merge(
         """
         INSERT INTO sessions_app_appstate (app_id, state, updated_at)
         VALUES (%s, %s::jsonb, now())
         ON CONFLICT (app_id) DO UPDATE
-           SET state = sessions_app_appstate.state || EXCLUDED.state, updated_at = now()
+           SET state = (sessions_app_appstate.state || EXCLUDED.state) - %s::text[],
+               updated_at = now()
         RETURNING state
         """,
-        [app_pk, _dumps(delta)],
+        [app_pk, _dumps(_without(delta, removed)), list(removed)],
     )
 
 
-def merge_user_state(app_pk: int, user_id: str, delta: dict) -> dict:
+def merge_user_state(app_pk: int, user_id: str, delta: dict, removed: tuple[str, ...] = ()) -> dict:
     return _merge(
         """
         INSERT INTO sessions_app_userstate (app_id, user_id, state, updated_at)
         VALUES (%s, %s, %s::jsonb, now())
         ON CONFLICT (app_id, user_id) DO UPDATE
-           SET state = sessions_app_userstate.state || EXCLUDED.state, updated_at = now()
+           SET state = (sessions_app_userstate.state || EXCLUDED.state) - %s::text[],
+               updated_at = now()
         RETURNING state
         """,
-        [app_pk, user_id, _dumps(delta)],
+        [app_pk, user_id, _dumps(_without(delta, removed)), list(removed)],
     )
+
+
+def _without(delta: dict, removed: tuple[str, ...]) -> dict:
+    return {key: value for key, value in delta.items() if key not in removed}
 
 
 @dataclass(frozen=True)
@@ -218,6 +225,32 @@ END_ANSWERED_TOKENS_SQL = (
     "UPDATE sessions_app_tooltoken SET revoked_at = now(), revoked_reason = 'answered' "
     "WHERE session_id = {session} AND revoked_at IS NULL AND function_call_id = ANY({ids})"
 )
+
+
+def rewound_invocation_ids(rows: list[NewEvent]) -> list[str]:
+    """The invocations a batch's rewind events rewind (ADK's ``rewind_before_invocation_id``)."""
+    return sorted(
+        {
+            row.event["actions"]["rewind_before_invocation_id"]
+            for row in rows
+            if row.event["actions"].get("rewind_before_invocation_id")
+        }
+    )
+
+
+def end_rewound_tokens(session_pk: int, invocation_ids: list[str]) -> None:
+    """A rewind undoes its invocation and every one after it: the tool tokens of the calls
+    it undoes (from the first event of the earliest rewound invocation on) end with it."""
+    if not invocation_ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE sessions_app_tooltoken SET revoked_at = now(), revoked_reason = 'rewound' "
+            "WHERE session_id = %s AND revoked_at IS NULL AND invocation_id IS NOT NULL "
+            "AND call_seq >= (SELECT min(seq) FROM sessions_app_event "
+            "WHERE session_id = %s AND invocation_id = ANY(%s))",
+            [session_pk, session_pk, invocation_ids],
+        )
 
 
 def end_answered_tokens(session_pk: int, call_ids: list[str]) -> None:

@@ -2,9 +2,11 @@
 
 A token reads ``ctt_<prefix>_<secret>`` (shown once; its SHA-256 digest is stored). It is
 bound to (app, user, session, invocation, function call), carries ``identity`` and the
-capabilities asked for, and stops working when it expires, on ``DELETE``, when the function
-response of its call is stored, or when a ``purge`` compaction deletes its call. Each of
-these ends is written on the token's row as it happens (the append that stores the answer
+capabilities asked for (only those whose scope the minting key holds), and stops working
+when it expires, on ``DELETE``, when the function response of its call is stored, when a
+``purge`` compaction deletes its call, when a rewind (``rewind_before_invocation_id``) undoes
+its call, when its user is erased, or when the API key that minted it is revoked or rotated.
+Each of these ends is written on the token's row as it happens (the append that stores the answer
 ends the call's tokens in its own statement), so an end never depends on events that can
 later disappear, and nothing that ended starts again.
 """
@@ -21,10 +23,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ctxadmin.delegated import CredentialEnded
+from ctxadmin.erasure import lock_user
 from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.keys import digest_matches, hash_key
-from ctxadmin.models import App
+from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS, ApiKey, App
 from ctxadmin.pruning import echoed
+from ctxadmin.services import hold_minting_key
 from sessions_app.models import Event, Invocation, Session, ToolToken
 
 TOKEN_PREFIX = "ctt_"  # noqa: S105 - the format marker, not a secret
@@ -34,6 +38,49 @@ DEFAULT_TTL_MS = 300_000
 MAX_TTL_MS = 3_600_000
 # Open tokens of one invocation: a model's calls are bounded, so is what may act for them.
 MAX_OPEN_PER_INVOCATION = 64
+
+
+#: The API key scope each capability needs: a token carries only capabilities whose scope
+#: the key that mints it holds (``identity`` needs none).
+CAPABILITY_SCOPES = {
+    "identity": None,
+    "state_read": SCOPE_SESSIONS,
+    "artifact_put": SCOPE_SESSIONS,
+    "artifact_get": SCOPE_SESSIONS,
+    "artifact_list": SCOPE_SESSIONS,
+    "artifact_list_versions": SCOPE_SESSIONS,
+    "artifact_delete": SCOPE_SESSIONS,
+    "artifact_attach": SCOPE_SESSIONS,
+    "memory_search": SCOPE_MEMORY,
+    "memory_add": SCOPE_MEMORY,
+    "memory_delete": SCOPE_MEMORY,
+    "memory_get": SCOPE_MEMORY,
+    "context_build": SCOPE_SESSIONS,
+    "session_read": SCOPE_SESSIONS,
+    "event_append": SCOPE_SESSIONS,
+}
+
+
+def check_minter_holds(capabilities: list[str], minter: ApiKey) -> None:
+    """Refuse (403 ``capability_beyond_minter``) a capability whose scope the minting key
+    lacks: a key hands out no more than it holds."""
+    for capability in sorted(set(capabilities)):
+        scope = CAPABILITY_SCOPES[capability]
+        if scope is not None and not minter.has_scope(scope):
+            raise ServiceError(
+                "capability_beyond_minter",
+                f"The capability '{capability}' needs the '{scope}' scope, which the API key "
+                "minting this token does not have.",
+                status_code=403,
+                details={"field": "capabilities", "capability": capability, "scope": scope},
+            )
+
+
+def hold_minter(minter: ApiKey) -> None:
+    """In the mint's transaction: the minting key's row, held against its revocation (which
+    ends what it minted); 401 when it was revoked since the request began."""
+    if not hold_minting_key(minter):
+        raise ServiceError("authentication_failed", "Invalid API key.", status_code=401)
 
 
 def parse_token(raw: str) -> str | None:
@@ -59,9 +106,12 @@ def _model_calls(session: Session, invocation: Invocation) -> list[tuple[dict, i
     return calls
 
 
-def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[ToolToken, str]:
+def mint(
+    app: App, session: Session, invocation_id: str, body: Any, minter: ApiKey
+) -> tuple[ToolToken, str]:
     """A token for a function call the model made in this invocation (the tool's name, and
-    the call's id when the model called it more than once)."""
+    the call's id when the model called it more than once), with no capability whose scope
+    ``minter`` lacks; it ends with ``minter``."""
     body = strict_object(body, MINT_KEYS)
     tool_name = body.get("tool_name")
     if not isinstance(tool_name, str) or not tool_name:
@@ -72,6 +122,7 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
     unknown = sorted(set(capabilities) - set(ToolToken.CAPABILITIES))
     if unknown:
         raise invalid("capabilities", f"unknown capability {echoed(unknown[0])!r}")
+    check_minter_holds(capabilities, minter)
     ttl_ms = body.get("ttl_ms", DEFAULT_TTL_MS)
     if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 1000 <= ttl_ms <= MAX_TTL_MS:
         raise invalid("ttl_ms", f"must be an integer from 1000 to {MAX_TTL_MS}")
@@ -95,6 +146,8 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
         # between the check below and the token's insert (an append that answers the call
         # ends the call's tokens, but only those committed before it).
         Session.objects.select_for_update().filter(pk=session.pk).values_list("pk").get()
+        lock_user(app, session.user_id, shared=True)  # the user's erasure revokes it
+        hold_minter(minter)  # and so does its key's revocation
         if answered(session.pk, call["id"], call_seq):
             raise ServiceError(
                 "function_call_answered",
@@ -119,6 +172,7 @@ def mint(app: App, session: Session, invocation_id: str, body: Any) -> tuple[Too
             function_call_id=call["id"],
             call_seq=call_seq,
             tool_name=tool_name,
+            created_by_key=minter.prefix,
             capabilities=sorted({"identity", *capabilities}),
             prefix=prefix,
             token_hash=hash_key(raw),
@@ -155,6 +209,13 @@ def revoke(app: App, session: Session, invocation_id: str, prefix: str) -> None:
         ).exists()
     ):
         raise not_found()
+
+
+def end_minted_by(prefixes: list[str]) -> int:
+    """End the open tokens the keys minted (their revocation, in its transaction)."""
+    return ToolToken.objects.filter(created_by_key__in=prefixes, revoked_at__isnull=True).update(
+        revoked_at=timezone.now(), revoked_reason="minter_revoked"
+    )
 
 
 def authenticate(raw: str) -> ToolToken | None:
@@ -195,6 +256,11 @@ def ended(token: ToolToken) -> CredentialEnded:
         "function response of its call was stored.",
         "purged": f"This {kind} no longer works: its invocation ended at {at}, when a "
         "compaction purged its function call.",
+        "rewound": f"This {kind} no longer works: its invocation ended at {at}, when the "
+        "session was rewound before its call.",
+        "erased": f"This {kind} no longer works: its user was erased at {at}.",
+        "minter_revoked": f"This {kind} no longer works: the API key that minted it was "
+        f"revoked at {at}.",
     }.get(reason, f"This {kind} was revoked at {at}.")
     return CredentialEnded(
         message,

@@ -350,6 +350,22 @@ COMPONENTS["MemoryErasureReceipt"] = _strict(
                 "entries": {"type": "integer", "minimum": 0},
                 "queued_work": {"type": "integer", "minimum": 0},
                 "consent_records": {"type": "integer", "minimum": 0},
+                "tokens_revoked": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "user erasure: the user's user and tool tokens it ended",
+                },
+                "user_state_keys": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "user erasure: the user: state keys it removed",
+                },
+                "user_artifacts": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "user erasure: the user: artifact names it deleted (with "
+                    "every version)",
+                },
             },
             ["entries", "queued_work", "consent_records"],
         ),

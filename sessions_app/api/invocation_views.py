@@ -29,7 +29,7 @@ class ToolTokenListView(SessionsScopedView):
     )
     def post(self, request, app, user, sid, invocation):
         session = self.session_or_404(sid)
-        token, raw = tool_tokens.mint(self.tenant, session, invocation, request.data)
+        token, raw = tool_tokens.mint(self.tenant, session, invocation, request.data, request.auth)
         return Response(
             {"token": raw, **tool_tokens.token_json(token)}, status=status.HTTP_201_CREATED
         )

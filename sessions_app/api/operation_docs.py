@@ -71,6 +71,7 @@ USER_TOKEN = {
     "expires_at": "2026-06-01T10:30:12Z",
     "last_used_at": None,
     "revoked_at": None,
+    "revoked_reason": None,
 }
 POLICY = {"token_threshold": 8000, "retain_recent_exchanges": 2, "retention": "hide"}
 
@@ -128,6 +129,12 @@ DOCS = {
     },
     "user_token_get": {"summary": "One user token by prefix", "200": USER_TOKEN},
     "user_tokens_revoke": {"summary": "Revoke a user token"},
+    "app_user_tokens_list": {"summary": "List the app's user tokens of every user"},
+    "app_user_tokens_revoke": {
+        "summary": "Revoke the user tokens one API key minted",
+        "request": {"minted_by": "hnye77x1e1"},
+        "200": {"revoked": 3},
+    },
     "app_compaction_policy_get": {"summary": "The app's default compaction policy"},
     "app_compaction_policy_put": {
         "summary": "Set the app's default compaction policy",

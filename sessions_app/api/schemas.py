@@ -216,6 +216,15 @@ COMPONENTS = {
                 "event": ref("EventInput"),
                 "events": {"type": "array", "items": ref("EventInput"), "minItems": 1},
                 "expected_revision": {"type": "integer", "minimum": 0, "nullable": True},
+                "state_remove": {
+                    "type": "array",
+                    "items": {"type": "string", "minLength": 1, "maxLength": 256},
+                    "maxItems": 256,
+                    "nullable": True,
+                    "description": "state keys to remove (session keys, `user:` and `app:` "
+                    "keys; not `temp:`), after the batch's deltas and only with the events "
+                    "this append stores. A delta's null stays a stored null (as in ADK).",
+                },
             }
         ),
         "description": "Exactly one of `event` or `events` (at most CTXADMIN_MAX_BATCH_EVENTS).",
@@ -474,6 +483,12 @@ _USER_TOKEN_INFO = {
     "expires_at": {"type": "string", "format": "date-time"},
     "last_used_at": {"type": "string", "format": "date-time", "nullable": True},
     "revoked_at": {"type": "string", "format": "date-time", "nullable": True},
+    "revoked_reason": {
+        "enum": ["revoked", "erased", "minter_revoked", None],
+        "nullable": True,
+        "description": "why a revoked token ended (token_ended's reason): revoked by a call, "
+        "its user erased, or the key that minted it revoked or rotated",
+    },
 }
 COMPONENTS.update(
     {
@@ -510,6 +525,17 @@ COMPONENTS.update(
             ["token", *_USER_TOKEN_INFO],
         ),
         "UserTokenPage": page("UserToken"),
+        "UserTokenRevokeByMinter": strict(
+            {
+                "minted_by": {
+                    "type": "string",
+                    "pattern": "^[a-z0-9]{10}$",
+                    "description": "the prefix of the API key that minted the tokens",
+                }
+            },
+            ["minted_by"],
+        ),
+        "UserTokensRevoked": strict({"revoked": {"type": "integer", "minimum": 0}}, ["revoked"]),
         "SessionState": strict(
             {
                 "app": {"type": "string"},

@@ -6,6 +6,16 @@ base = "apps/<str:app>/users/<str:user>"
 
 urlpatterns = [
     path("apps/<str:app>/sessions", views.AppSessionListView.as_view(), name="app-sessions"),
+    path(
+        "apps/<str:app>/user-tokens",
+        user_token_views.AppUserTokenListView.as_view(),
+        name="app-user-tokens",
+    ),
+    path(
+        "apps/<str:app>/user-tokens/revoke",
+        user_token_views.AppUserTokenRevokeView.as_view(),
+        name="app-user-tokens-revoke",
+    ),
     path(f"{base}/state", views.UserStateView.as_view(), name="user-state"),
     path(f"{base}/sessions", views.SessionListView.as_view(), name="sessions"),
     path(f"{base}/tokens", user_token_views.UserTokenListView.as_view(), name="user-tokens"),

@@ -4,13 +4,15 @@ token can never mint another."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from ctxadmin.api.pagination import PAGINATION_QUERY_PARAMS, Cursor
+from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.schema import ref
 from ctxadmin.api.views import AppScopedView
+from ctxadmin.errors import ServiceError
 from ctxadmin.models import SCOPE_ADMIN, SCOPE_DELEGATE
 from sessions_app import user_tokens
 from sessions_app.models import ToolToken
@@ -52,7 +54,7 @@ class UserTokenListView(UserTokenScopedView):
         responses={201: ref("UserTokenMinted")},
     )
     def post(self, request, app, user):
-        token, raw = user_tokens.mint(self.tenant, user, request.data, request.auth.prefix)
+        token, raw = user_tokens.mint(self.tenant, user, request.data, request.auth)
         return Response(
             {"token": raw, **user_tokens.user_token_json(token)}, status=status.HTTP_201_CREATED
         )
@@ -70,3 +72,69 @@ class UserTokenDetailView(UserTokenScopedView):
     def delete(self, request, app, user, prefix):
         user_tokens.revoke(self.tenant, user, prefix, request.auth.prefix)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _query_param(request, name: str, check) -> str | None:
+    """A filter's value, or None; a bad one is 400 ``invalid_parameter`` naming it."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    problem = check(raw)
+    if problem:
+        raise ServiceError("invalid_parameter", f"{name} {problem}", details={"parameter": name})
+    return raw
+
+
+def _user_id_problem(raw: str) -> str | None:
+    return "must be a user id" if path_segment_error("user", raw) else None
+
+
+def _minted_by_problem(raw: str) -> str | None:
+    return None if user_tokens.KEY_PREFIX_RE.match(raw) else "must be an API key prefix"
+
+
+def _state_problem(raw: str) -> str | None:
+    return None if raw in user_tokens.STATES else f"must be one of {list(user_tokens.STATES)}"
+
+
+class AppUserTokenListView(UserTokenScopedView):
+    allowed_query_params = PAGINATION_QUERY_PARAMS | {"user_id", "minted_by", "state"}
+    pagination_class = UserTokenCursor
+
+    @extend_schema(
+        operation_id="app_user_tokens_list",
+        description="The app's user tokens of every user, newest first (never their secrets), "
+        "narrowed by `user_id`, by `minted_by` (the prefix of the API key that minted them) "
+        "and by `state`.",
+        parameters=[
+            OpenApiParameter("user_id", str, description="only this user's tokens"),
+            OpenApiParameter(
+                "minted_by", str, description="only the tokens this key (by prefix) minted"
+            ),
+            OpenApiParameter("state", str, enum=list(user_tokens.STATES)),
+        ],
+        responses={200: ref("UserTokenPage")},
+    )
+    def get(self, request, app):
+        tokens = user_tokens.app_user_tokens(
+            self.tenant,
+            user_id=_query_param(request, "user_id", _user_id_problem),
+            minted_by=_query_param(request, "minted_by", _minted_by_problem),
+            state=_query_param(request, "state", _state_problem),
+        )
+        page = self.paginate_queryset(tokens)
+        return self.get_paginated_response([user_tokens.user_token_json(t) for t in page])
+
+
+class AppUserTokenRevokeView(UserTokenScopedView):
+    @extend_schema(
+        operation_id="app_user_tokens_revoke",
+        description="Revoke every open user token of the app that one API key minted: "
+        '`{"minted_by": "<key prefix>"}`; answers how many (0 for a prefix that minted none '
+        "here). Revoking or rotating the key itself ends its tokens too.",
+        request={JSON: ref("UserTokenRevokeByMinter")},
+        responses={200: ref("UserTokensRevoked")},
+    )
+    def post(self, request, app):
+        revoked = user_tokens.revoke_minted_by(self.tenant, request.data, request.auth.prefix)
+        return Response({"revoked": revoked})

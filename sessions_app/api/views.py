@@ -21,7 +21,12 @@ from ctxadmin.pruning import echoed
 from ctxadmin.timestamps import iso_timestamp
 from sessions_app import history, selectors, services
 from sessions_app import state as scopes
-from sessions_app.events import CONTENT_TYPES, EventError, parse_timestamp
+from sessions_app.events import (
+    CONTENT_TYPES,
+    EventError,
+    parse_timestamp,
+    validate_state_remove,
+)
 from sessions_app.models import Event, Session
 
 JSON = "application/json"
@@ -388,7 +393,7 @@ class EventListView(SessionsScopedView):
     )
     def post(self, request, app, user, sid):
         body = request.data
-        strict_object(body, {"event", "events", "expected_revision"})
+        strict_object(body, {"event", "events", "expected_revision", "state_remove"})
         if ("event" in body) == ("events" in body):
             raise invalid("events", "send exactly one of 'event' or 'events'")
         if "event" in body:
@@ -403,8 +408,22 @@ class EventListView(SessionsScopedView):
             isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
         ):
             raise invalid("expected_revision", "must be an integer >= 0")
+        state_remove = None
+        if body.get("state_remove") is not None:
+            try:
+                state_remove = validate_state_remove(
+                    body["state_remove"], "state_remove", services.event_limits()
+                )
+            except EventError as exc:
+                raise invalid(exc.path, exc.message) from None
         result = services.append_events(
-            self.tenant, user, sid, raw_events, expected_revision=expected, path=path
+            self.tenant,
+            user,
+            sid,
+            raw_events,
+            expected_revision=expected,
+            path=path,
+            state_remove=state_remove,
         )
         return Response(
             {

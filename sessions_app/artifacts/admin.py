@@ -1,7 +1,9 @@
 """Artifacts in the operator console: read-only and content-free.
 
-Pages show names, scopes, versions, sizes, digests, mime types and times; the bytes column is
-never loaded and custom metadata is never shown.
+Pages show names, scopes, versions, sizes, digests, bare mime types (``type/subtype``) and
+times; the bytes column is never loaded and custom metadata is never shown. A mime type's
+parameters (``text/plain; name=…``) are the client's text: shown only to operators holding
+``ctxadmin.view_content``, on a version's detail page, audit-logged.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from ctxadmin.admin import ReadOnlyAdmin
+from ctxadmin.content import ContentAdminMixin, render
 from sessions_app.artifacts.models import ArtifactHead, ArtifactVersion
 
 
@@ -38,7 +41,8 @@ class ArtifactAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ArtifactVersion)
-class ArtifactVersionAdmin(ReadOnlyAdmin):
+class ArtifactVersionAdmin(ContentAdminMixin, ReadOnlyAdmin):
+    content_fields = ("full_mime_type",)
     list_display = [
         "id",
         "app",
@@ -49,7 +53,7 @@ class ArtifactVersionAdmin(ReadOnlyAdmin):
         "version",
         "size",
         "sha256",
-        "mime_type",
+        "bare_mime_type",
         "created_at",
     ]
     fields = [*list_display, "storage"]
@@ -79,3 +83,19 @@ class ArtifactVersionAdmin(ReadOnlyAdmin):
     @admin.display(description="scope")
     def scope(self, obj):
         return obj.head.scope
+
+    @admin.display(description="mime type")
+    def bare_mime_type(self, obj):
+        return bare_mime_type(obj.mime_type)
+
+    @admin.display(description="mime type with its parameters (content)")
+    def full_mime_type(self, obj):
+        return render(obj.mime_type)
+
+    def content_app_id(self, obj):
+        return obj.head.app_id
+
+
+def bare_mime_type(mime_type: str) -> str:
+    """``type/subtype`` without the parameters the client wrote after it."""
+    return mime_type.split(";", 1)[0].strip()

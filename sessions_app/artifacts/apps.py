@@ -7,3 +7,9 @@ class ArtifactsConfig(AppConfig):
     name = "sessions_app.artifacts"
     label = "artifacts"
     verbose_name = "Artifacts"
+
+    def ready(self) -> None:
+        from ctxadmin.erasure import register_user_eraser
+        from sessions_app.artifacts import services
+
+        register_user_eraser(services.erase_user_artifacts)

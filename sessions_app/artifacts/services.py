@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 
+from ctxadmin.erasure import lock_user
 from ctxadmin.errors import ServiceError, not_found
 from ctxadmin.models import App
 from ctxadmin.timestamps import iso_timestamp
@@ -141,6 +142,8 @@ def save_artifact(
     user_scoped = rules.scope_of(name) == rules.USER_SCOPE
     for _attempt in range(_SAVE_ATTEMPTS):
         with transaction.atomic():
+            if user_scoped:  # ordered against the user's erasure, which deletes user: names
+                lock_user(app, user_id, shared=True)
             session_pk = None if user_scoped else _locked_session_pk(app, user_id, session_id)
             key = {"app": app, "user_id": user_id, "session_id": session_pk, "name": name}
             ArtifactHead.objects.bulk_create([ArtifactHead(**key)], ignore_conflicts=True)
@@ -229,6 +232,15 @@ def delete_artifact(app: App, user_id: str, session_id: str, name: str) -> int:
             raise not_found()
         ArtifactHead.objects.filter(pk=head.pk).delete()  # the versions go with it (database)
     return head.next_version
+
+
+def erase_user_artifacts(app: App, user_id: str) -> dict[str, int]:
+    """The user's ``user:`` names with every version (their erasure, under its lock); a
+    session's names go with the session."""
+    _deleted, per_model = ArtifactHead.objects.filter(
+        app=app, user_id=user_id, session__isnull=True
+    ).delete()  # the versions go with their heads (database)
+    return {"user_artifacts": per_model.get(ArtifactHead._meta.label, 0)}
 
 
 def latest_sha256(app: App, user_id: str, session_id: str, name: str) -> str | None:

@@ -13,7 +13,8 @@ from django.urls import reverse
 from caching.adapters import fake_adapter
 from ctxadmin.models import AuditLog
 from memory.models import MemoryEntry
-from sessions_app.models import Checkpoint, Event
+from sessions_app.artifacts.models import ArtifactVersion
+from sessions_app.models import Checkpoint, Event, ToolToken
 from tests.cache_helpers import acquire, body, scope
 from tests.conftest import make_tenant
 
@@ -70,6 +71,17 @@ def seeded():
         {"data_base64": "emVicmEtcXVhcnR6LWNvbnNvbGU=", "mime_type": "text/plain"},
         format="json",
     )
+    # A mime type's parameters and a token's label are the client's text.
+    saved = api.post(
+        f"{BASE}/sessions/s1/artifacts/notes.txt",
+        {"data_base64": "eA==", "mime_type": f"text/plain; name={SEEDED}.txt"},
+        format="json",
+    )
+    assert saved.status_code == 201, saved.content
+    minted = api.post(
+        f"{BASE}/tokens", {"capabilities": ["identity"], "label": f"{SEEDED} run"}, format="json"
+    )
+    assert minted.status_code == 201, minted.content
     api.post(
         f"{BASE}/sessions/s1/invocations",
         {
@@ -140,7 +152,13 @@ def test_a_staff_user_without_view_content_sees_no_content_anywhere(seeded, clie
 
 def test_a_content_viewer_sees_content_on_detail_pages_only_and_it_is_audit_logged(seeded, client):
     viewer = _staff(
-        "view_event", "view_checkpoint", "view_memoryentry", "view_content", "view_auditlog"
+        "view_event",
+        "view_checkpoint",
+        "view_memoryentry",
+        "view_tooltoken",
+        "view_artifactversion",
+        "view_content",
+        "view_auditlog",
     )
     client.force_login(viewer)
     listing = client.get(reverse("admin:sessions_app_event_changelist"))
@@ -159,6 +177,16 @@ def test_a_content_viewer_sees_content_on_detail_pages_only_and_it_is_audit_logg
     entry = MemoryEntry.objects.filter(content__contains="memory").first()
     memory = client.get(reverse("admin:memory_memoryentry_change", args=[entry.pk]))
     assert f"{SEEDED} memory" in memory.content.decode()
+    tokens = client.get(reverse("admin:sessions_app_tooltoken_changelist")).content.decode()
+    assert SEEDED not in tokens and "user token" in tokens
+    token = ToolToken.objects.get(label__startswith=SEEDED)
+    shown = client.get(reverse("admin:sessions_app_tooltoken_change", args=[token.pk]))
+    assert f"{SEEDED} run" in shown.content.decode()
+    versions = client.get(reverse("admin:artifacts_artifactversion_changelist")).content.decode()
+    assert SEEDED not in versions and "text/plain" in versions
+    version = ArtifactVersion.objects.get(mime_type__contains=SEEDED)
+    typed = client.get(reverse("admin:artifacts_artifactversion_change", args=[version.pk]))
+    assert f"name={SEEDED}.txt" in typed.content.decode()
     logged = list(
         AuditLog.objects.order_by("created_at").values_list(
             "username", "action", "object_type", "object_id"
@@ -168,6 +196,8 @@ def test_a_content_viewer_sees_content_on_detail_pages_only_and_it_is_audit_logg
         ("viewer", "view_content", "sessions_app.event", str(event.pk)),
         ("viewer", "view_content", "sessions_app.checkpoint", str(checkpoint.pk)),
         ("viewer", "view_content", "memory.memoryentry", str(entry.pk)),
+        ("viewer", "view_content", "sessions_app.tooltoken", str(token.pk)),
+        ("viewer", "view_content", "artifacts.artifactversion", str(version.pk)),
     ]
     audit = client.get(reverse("admin:ctxadmin_auditlog_changelist"))
     assert audit.status_code == 200 and "sessions_app.checkpoint" in audit.content.decode()

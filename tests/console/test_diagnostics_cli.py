@@ -237,4 +237,11 @@ def test_erase_user_refuses_without_confirm_then_erases(world):
     assert OutboxJob.objects.get(pk=world.job_id).phase == "cancelled"
     assert_clean(world, text)
     again, _ = run_json("erase_user", "acme", USER, "--confirm")
-    assert again["counts"] == {"entries": 0, "queued_work": 0, "consent_records": 0}
+    assert again["counts"] == {
+        "entries": 0,
+        "queued_work": 0,
+        "consent_records": 0,
+        "tokens_revoked": 0,
+        "user_state_keys": 0,
+        "user_artifacts": 0,
+    }

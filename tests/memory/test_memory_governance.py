@@ -160,7 +160,14 @@ class TestUserErasure:
         assert result.status_code == 200, result.content
         receipt = result.json()
         assert receipt["kind"] == "user" and receipt["target_fingerprint"] is None
-        assert receipt["counts"] == {"entries": 3, "queued_work": 0, "consent_records": 1}
+        assert receipt["counts"] == {
+            "entries": 3,
+            "queued_work": 0,
+            "consent_records": 1,
+            "tokens_revoked": 0,
+            "user_state_keys": 0,
+            "user_artifacts": 0,
+        }
         assert receipt["erasure_epoch"] == 1
         assert "alice" not in json.dumps(receipt) and "Lisbon" not in json.dumps(receipt)
         assert not MemoryEntry.objects.filter(app=owner.app, user_id="alice").exists()
@@ -183,7 +190,14 @@ class TestUserErasure:
         # where the erasure left it.
         again = erase_user(api)
         assert again.status_code == 200, again.content
-        assert again.json()["counts"] == {"entries": 0, "queued_work": 0, "consent_records": 0}
+        assert again.json()["counts"] == {
+            "entries": 0,
+            "queued_work": 0,
+            "consent_records": 0,
+            "tokens_revoked": 0,
+            "user_state_keys": 0,
+            "user_artifacts": 0,
+        }
         assert again.json()["erasure_epoch"] == 1
         assert api.get(f"{url()}/erasure-epoch").json() == {"erasure_epoch": 1}
         assert ErasureReceipt.objects.filter(kind="user").count() == 2
@@ -279,7 +293,14 @@ def test_a_write_racing_a_user_erasure_waits_for_it_and_is_refused(monkeypatch):
     eraser.join(10)
     writer.join(10)
     receipt = results["erase"].json()
-    assert receipt["counts"] == {"entries": 1, "queued_work": 4, "consent_records": 0}
+    assert receipt["counts"] == {
+        "entries": 1,
+        "queued_work": 4,
+        "consent_records": 0,
+        "tokens_revoked": 0,
+        "user_state_keys": 0,
+        "user_artifacts": 0,
+    }
     assert results["write"].status_code == 409
     assert results["write"].json()["error"]["code"] == "memory_erasure_epoch_stale"
     assert MemoryEntry.objects.count() == 0

@@ -33,6 +33,8 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
     "api/v1/apps/<str:app>/keys/<str:prefix>": {"get": (A, None), "delete": (A, None)},
     "api/v1/apps/<str:app>/keys/<str:prefix>/rotate": {"post": (A, None)},
     "api/v1/apps/<str:app>/sessions": {"get": (S, None)},
+    "api/v1/apps/<str:app>/user-tokens": {"get": (DA, None)},
+    "api/v1/apps/<str:app>/user-tokens/revoke": {"post": (DA, None)},
     "api/v1/apps/<str:app>/users/<str:user>/state": {"get": (S, "state_read")},
     "api/v1/apps/<str:app>/users/<str:user>/tokens": {"get": (DA, None), "post": (DA, None)},
     "api/v1/apps/<str:app>/users/<str:user>/tokens/<str:prefix>": {
@@ -199,6 +201,7 @@ def _token(world, capabilities: list[str]) -> str:
         world["session"],
         SAMPLE["invocation"],
         {"tool_name": "probe", "capabilities": capabilities},
+        world["owner"].app.api_keys.get(name="acme owner"),
     )
     return raw
 

@@ -122,7 +122,10 @@ def world(settings):
 
 def _user_token(world: dict, user: str, capabilities: list[str]) -> str:
     _row, raw = user_tokens.mint(
-        world["owner"].app, user, {"capabilities": capabilities}, minted_by="test"
+        world["owner"].app,
+        user,
+        {"capabilities": capabilities},
+        world["owner"].app.api_keys.get(name="acme owner"),
     )
     return raw
 

@@ -88,6 +88,27 @@ def test_a_purged_call_tool_token_says_its_invocation_ended(acme):
     assert "compaction purged its function call" in error["message"]
 
 
+def test_a_tool_token_ends_when_its_invocation_is_rewound(acme):
+    """ADK's rewind undoes its invocation and every later one: their calls' tokens end with
+    the append that stores the rewind; an earlier invocation's tokens keep working."""
+    _call(acme, "inv-0")
+    earlier = _mint(acme, ["memory_search"], invocation_id="inv-0").json()
+    _call(acme, "inv-1")
+    _call(acme, "inv-2")
+    rewound = [_mint(acme, ["memory_search"], invocation_id=i).json() for i in ("inv-1", "inv-2")]
+    rewind = {
+        "author": "user",
+        "invocation_id": "inv-3",
+        "actions": {"rewind_before_invocation_id": "inv-1"},
+    }
+    stored = acme.client().post(f"{BASE}/sessions/s1/events", {"event": rewind}, format="json")
+    assert stored.status_code == 201, stored.content
+    for token in rewound:
+        error = _refused(token, "rewound")
+        assert "when the session was rewound before its call" in error["message"]
+    assert _as(earlier["token"]).get(IDENTITY).status_code == 200
+
+
 def test_a_user_token_says_it_is_a_user_token(acme):
     minted = acme.client().post(
         f"{BASE}/tokens", {"capabilities": ["memory_search"]}, format="json"

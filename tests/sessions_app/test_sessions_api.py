@@ -105,6 +105,50 @@ def test_temp_keys_appear_only_in_the_response_of_their_append(api):
     assert "temp:t" not in second["state"]
 
 
+def test_a_null_is_a_stored_null_and_state_remove_removes_keys_of_every_scope(api):
+    create(api, session_id="r1", state={"k": 1, "gone": 2, "user:seat": "aisle", "app:m": "x"})
+    nulled = append(api, "r1", text("user", "a", actions={"state_delta": {"k": None}}))
+    assert "k" in nulled["state"] and nulled["state"]["k"] is None  # ADK: null is a value
+    url = f"{sessions_url('acme')}/r1/events"
+    body = {
+        "event": {
+            **text("user", "b", actions={"state_delta": {"gone": 3, "new": 4}}),
+            "event_id": "e-remove",
+        },
+        "state_remove": ["gone", "user:seat", "app:m", "k", "absent"],
+    }
+    removed = api.post(url, body, format="json")
+    assert removed.status_code == 201, removed.content
+    assert removed.json()["state"] == {"new": 4}
+    assert api.get(f"{sessions_url('acme')}/r1").json()["state"] == {"new": 4}
+    assert api.get("/api/v1/apps/acme/users/alice/state").json()["state"] == {}
+    # A re-send of the stored event removes nothing more.
+    again = api.post(url, {**body, "state_remove": ["new"]}, format="json")
+    assert again.status_code == 200 and again.json()["state"] == {"new": 4}
+
+
+@pytest.mark.parametrize(
+    ("state_remove", "field"),
+    [
+        (["temp:x"], "state_remove[0]"),
+        (["k", "user:"], "state_remove[1]"),
+        ([""], "state_remove[0]"),
+        (["x" * 257], "state_remove[0]"),
+        ("k", "state_remove"),
+        ([1], "state_remove"),
+        ([f"k{i}" for i in range(257)], "state_remove"),
+    ],
+)
+def test_state_remove_is_checked_and_nothing_half_applies(api, state_remove, field):
+    create(api, session_id="r1", state={"k": 1})
+    body = {"event": text("user", "a"), "state_remove": state_remove}
+    response = api.post(f"{sessions_url('acme')}/r1/events", body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["details"]["field"] == field
+    assert not Event.objects.exists()
+    assert Session.objects.get().state == {"k": 1}
+
+
 def test_user_state_is_readable_before_any_session(api, owner):
     empty = api.get("/api/v1/apps/acme/users/carol/state")
     assert empty.status_code == 200

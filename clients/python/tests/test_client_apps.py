@@ -33,6 +33,27 @@ def test_a_key_names_its_own_app(client, app):
     assert sorted(me["scopes"]) == sorted(app.scopes)
 
 
+def test_the_apps_user_tokens_are_listed_and_revoked_by_minter(app):
+    with Client(app.base_url, app.key) as admin:
+        minter = admin.create_api_key(app.name, ["delegate", "memory"], name="minter")
+    with Client(app.base_url, minter["key"]) as delegate:
+        made = [
+            delegate.mint_user_token(app.name, user, capabilities=["memory_search"])
+            for user in ("u-tok-1", "u-tok-2")
+        ]
+        with pytest.raises(PermissionDeniedError) as refused:
+            delegate.mint_user_token(app.name, "u-tok-1", capabilities=["session_read"])
+        assert refused.value.code == "capability_beyond_minter"
+        listed = list(
+            delegate.list_app_user_tokens(app.name, minted_by=minter["prefix"], state="active")
+        )
+        assert sorted(t["prefix"] for t in listed) == sorted(t["prefix"] for t in made)
+        assert delegate.revoke_user_tokens_minted_by(app.name, minter["prefix"]) == {"revoked": 2}
+        assert (
+            list(delegate.list_app_user_tokens(app.name, user_id="u-tok-1", state="active")) == []
+        )
+
+
 def test_keys_are_created_and_rotated_through_the_api(app):
     with Client(app.base_url, app.key) as admin:
         made = admin.create_api_key(app.name, ["sessions"], name="worker")

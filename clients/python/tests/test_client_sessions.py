@@ -110,6 +110,15 @@ def test_state_scopes_are_read_back(client, app, user):
     assert user_state["state"]["app:tier"] == "gold"
 
 
+def test_state_keys_are_removed_by_state_remove(client, app, user):
+    sid = client.create_session(app.name, user, state={"plain": 1, "user:lang": "fr"})["session_id"]
+    appended = client.append_event(
+        app.name, user, sid, text_event("e-0", "user", "bye"), state_remove=["plain", "user:lang"]
+    )
+    assert "plain" not in appended["state"] and "user:lang" not in appended["state"]
+    assert "user:lang" not in client.get_user_state(app.name, user)["state"]
+
+
 def test_lists_follow_the_cursor_across_pages(client, app, user):
     made = [
         client.create_session(app.name, user, session_id=f"p-{i}")["session_id"] for i in range(5)

@@ -430,6 +430,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/apps/{app}/user-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the app's user tokens of every user
+         * @description The app's user tokens of every user, newest first (never their secrets), narrowed by `user_id`, by `minted_by` (the prefix of the API key that minted them) and by `state`.
+         */
+        get: operations["app_user_tokens_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/user-tokens/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Revoke the user tokens one API key minted
+         * @description Revoke every open user token of the app that one API key minted: `{"minted_by": "<key prefix>"}`; answers how many (0 for a prefix that minted none here). Revoking or rotating the key itself ends its tokens too.
+         */
+        post: operations["app_user_tokens_revoke"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/apps/{app}/users/{user}/memories": {
         parameters: {
             query?: never;
@@ -1449,6 +1489,8 @@ export interface components {
             event?: components["schemas"]["EventInput"];
             events?: components["schemas"]["EventInput"][];
             expected_revision?: number | null;
+            /** @description state keys to remove (session keys, `user:` and `app:` keys; not `temp:`), after the batch's deltas and only with the events this append stores. A delta's null stays a stored null (as in ADK). */
+            state_remove?: string[] | null;
         };
         AppendResponse: {
             events: components["schemas"]["Event"][];
@@ -1884,6 +1926,11 @@ export interface components {
             last_used_at: string | null;
             /** Format: date-time */
             revoked_at: string | null;
+            /**
+             * @description why a revoked token ended (token_ended's reason): revoked by a call, its user erased, or the key that minted it revoked or rotated
+             * @enum {unknown|null}
+             */
+            revoked_reason: "revoked" | "erased" | "minter_revoked" | null;
         };
         UserTokenMinted: {
             /** @description shown once */
@@ -1905,11 +1952,23 @@ export interface components {
             last_used_at: string | null;
             /** Format: date-time */
             revoked_at: string | null;
+            /**
+             * @description why a revoked token ended (token_ended's reason): revoked by a call, its user erased, or the key that minted it revoked or rotated
+             * @enum {unknown|null}
+             */
+            revoked_reason: "revoked" | "erased" | "minter_revoked" | null;
         };
         UserTokenPage: {
             results: components["schemas"]["UserToken"][];
             next: string | null;
             previous: string | null;
+        };
+        UserTokenRevokeByMinter: {
+            /** @description the prefix of the API key that minted the tokens */
+            minted_by: string;
+        };
+        UserTokensRevoked: {
+            revoked: number;
         };
         SessionState: {
             app: string;
@@ -2112,6 +2171,12 @@ export interface components {
                 entries: number;
                 queued_work: number;
                 consent_records: number;
+                /** @description user erasure: the user's user and tool tokens it ended */
+                tokens_revoked?: number;
+                /** @description user erasure: the user: state keys it removed */
+                user_state_keys?: number;
+                /** @description user erasure: the user: artifact names it deleted (with every version) */
+                user_artifacts?: number;
             };
             /** @description the scope's erasure epoch after the erasure */
             erasure_epoch: number;
@@ -3430,6 +3495,82 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ToolTokenInfo"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    app_user_tokens_list: {
+        parameters: {
+            query?: {
+                /** @description the `next` or `previous` of an earlier page */
+                cursor?: string;
+                /** @description page size (default CTXADMIN_PAGE_SIZE, at most CTXADMIN_MAX_PAGE_SIZE) */
+                limit?: number;
+                /** @description only the tokens this key (by prefix) minted */
+                minted_by?: string;
+                state?: "active" | "expired" | "revoked";
+                /** @description only this user's tokens */
+                user_id?: string;
+            };
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserTokenPage"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    app_user_tokens_revoke: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["UserTokenRevokeByMinter"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserTokensRevoked"];
                 };
             };
             /** @description An error */

@@ -84,6 +84,28 @@ class AppOperations(Runners[D, L, N, B]):
     def revoke_user_token(self, app: str, user_id: str, prefix: str) -> N:
         return self._none(Call("DELETE", user_path(app, user_id, "tokens", prefix)))
 
+    def list_app_user_tokens(
+        self,
+        app: str,
+        *,
+        user_id: str | None = None,
+        minted_by: str | None = None,
+        state: str | None = None,
+        limit: int | None = None,
+    ) -> L:
+        """The app's user tokens of every user (metadata only), newest first, across pages;
+        narrowed by user, by the prefix of the key that minted them, and by ``state``
+        (``active``, ``expired``, ``revoked``)."""
+        params = query(user_id=user_id, minted_by=minted_by, state=state, limit=limit)
+        return self._many(Call("GET", path(app, "user-tokens"), params=params))
+
+    def revoke_user_tokens_minted_by(self, app: str, minted_by: str) -> D:
+        """Revoke every open user token of the app that the key with prefix ``minted_by``
+        minted: ``{"revoked": n}``."""
+        return self._one(
+            Call("POST", path(app, "user-tokens", "revoke"), json={"minted_by": minted_by})
+        )
+
     # ------------------------------------------------------------------ prefix caches
     def acquire_cache(self, app: str, **request: Any) -> D:
         """A lease on the provider cache of a prefix (``scope``, ``prefix``, ``ttl_ms``,

@@ -85,16 +85,18 @@ class SessionOperations(Runners[D, L, N, B]):
         events: Sequence[Event],
         *,
         expected_revision: int | None = None,
+        state_remove: Sequence[str] | None = None,
     ) -> D:
         """Append a batch (all or nothing). Retried on transient failures only when every
         event carries an ``event_id`` (the server then answers a repeat with the stored
-        events)."""
+        events). ``state_remove`` removes state keys (a delta's None is a stored null)."""
         events = list(events)
+        remove = None if state_remove is None else list(state_remove)
         return self._one(
             Call(
                 "POST",
                 session_path(app, user_id, session_id, "events"),
-                json=body(events=events, expected_revision=expected_revision),
+                json=body(events=events, expected_revision=expected_revision, state_remove=remove),
                 idempotent=bool(events) and all(e.get("event_id") for e in events),
             )
         )
@@ -107,13 +109,17 @@ class SessionOperations(Runners[D, L, N, B]):
         event: Event,
         *,
         expected_revision: int | None = None,
+        state_remove: Sequence[str] | None = None,
     ) -> D:
         """Append one event (see :meth:`append_events`)."""
+        remove = None if state_remove is None else list(state_remove)
         return self._one(
             Call(
                 "POST",
                 session_path(app, user_id, session_id, "events"),
-                json=body(event=dict(event), expected_revision=expected_revision),
+                json=body(
+                    event=dict(event), expected_revision=expected_revision, state_remove=remove
+                ),
                 idempotent=bool(event.get("event_id")),
             )
         )

@@ -37,6 +37,10 @@ OPERATIONS: dict[str, Operation] = {
     "user_tokens_list": Operation("GET", _USER + "/tokens", ("list_user_tokens",)),
     "user_token_get": Operation("GET", _USER + "/tokens/{prefix}", ("get_user_token",)),
     "user_tokens_revoke": Operation("DELETE", _USER + "/tokens/{prefix}", ("revoke_user_token",)),
+    "app_user_tokens_list": Operation("GET", _APP + "/user-tokens", ("list_app_user_tokens",)),
+    "app_user_tokens_revoke": Operation(
+        "POST", _APP + "/user-tokens/revoke", ("revoke_user_tokens_minted_by",)
+    ),
     # prefix caches
     "cache_acquire": Operation("POST", _APP + "/cache/acquire", ("acquire_cache",)),
     "cache_invalidate": Operation("POST", _APP + "/cache/invalidate", ("invalidate_cache",)),
