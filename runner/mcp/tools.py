@@ -280,8 +280,9 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "memory_forget_user",
-        "Erase ALL of a user's long-term memory, irreversibly. Only when the user asks for it: "
-        "`confirm` must be exactly 'erase user <user_id>'. Returns the erasure receipt.",
+        "Erase ALL of a user's long-term memory, irreversibly, with the user's tokens, user: "
+        "state and user: artifacts. Only when the user asks for it: `confirm` must be exactly "
+        "'erase user <user_id>'. Returns the erasure receipt.",
         _schema(
             {"user_id": _USER, "confirm": {"type": "string", "maxLength": 300}},
             ("user_id", "confirm"),
