@@ -50,6 +50,8 @@ def test_the_curl_quickstart_works_as_printed(make_app):
     assert [hit["id"] for hit in found["hits"]] == [memory["id"]]
     assert invocation["status"] == "completed"
     assert invocation["content"]["parts"][0]["text"]
+    # The first hour shows memory feeding a model call.
+    assert invocation["context"]["memory_hits"] == 1, invocation["context"]
 
 
 def test_the_python_quickstart_works(make_app):
