@@ -55,7 +55,9 @@ def test_a_missing_memory_and_job_are_named(owner):
 
 
 def test_a_token_is_told_it_reaches_its_own_user_only(owner):
-    _row, raw = user_tokens.mint(owner.app, "alice", {"capabilities": ["memory_search"]}, "t")
+    _row, raw = user_tokens.mint(
+        owner.app, "alice", {"capabilities": ["memory_search"]}, owner.app.api_keys.first()
+    )
     client = owner.client(raw)
     error = _error(client.post("/api/v1/apps/acme/users/bob/memories/search", {"query": "x"}))
     assert error["message"] == "User 'bob' for this token (it reaches its own user) was not found."

@@ -44,7 +44,10 @@ def test_a_user_token_learns_its_app_user_session_and_capabilities(owner):
     )
     assert created.status_code == 201
     token, raw = user_tokens.mint(
-        owner.app, "alice", {"capabilities": ["memory_search"], "session_id": "s1"}, "test"
+        owner.app,
+        "alice",
+        {"capabilities": ["memory_search"], "session_id": "s1"},
+        owner.app.api_keys.first(),
     )
     body = _as(raw).get(URL).json()
     assert body["app"] == "acme" and body["credential"] == "user_token"

@@ -58,7 +58,7 @@ def _token(tenant, capabilities: list[str], session_id: str | None = None) -> st
     body: dict = {"capabilities": capabilities}
     if session_id is not None:
         body["session_id"] = session_id
-    _row, raw = user_tokens.mint(tenant.app, USER, body, minted_by="test")
+    _row, raw = user_tokens.mint(tenant.app, USER, body, tenant.app.api_keys.first())
     return raw
 
 
