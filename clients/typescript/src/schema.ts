@@ -1524,8 +1524,12 @@ export interface components {
             policy?: components["schemas"]["ContextPolicy"];
             memory?: {
                 query: string;
-                /** @enum {unknown} */
+                /**
+                 * @description How memory is searched. Absent: hybrid.
+                 * @enum {unknown}
+                 */
                 mode?: "lexical" | "vector" | "hybrid";
+                /** @description The most hits to search for. Absent: as many as the slot could hold, each at its smallest (71 bytes), up to 100; the slot being what the request budget leaves after the fixed parts, or max_total_bytes. Leaving out everything but the query is the best configuration measured (hybrid, packed, the best hits with their neighbours). */
                 limit?: number;
                 filter?: {
                     [key: string]: unknown;
@@ -1715,8 +1719,12 @@ export interface components {
             };
             context_policy?: components["schemas"]["ContextPolicy"];
             memory_retrieval?: {
-                /** @enum {unknown} */
+                /**
+                 * @description How memory is searched. Absent: hybrid.
+                 * @enum {unknown}
+                 */
                 mode?: "lexical" | "vector" | "hybrid";
+                /** @description The most hits to search for. Absent: as many as the slot could hold, each at its smallest (71 bytes), up to 100; the slot being what the request budget leaves after the fixed parts, or max_total_bytes. Leaving out everything but the query is the best configuration measured (hybrid, packed, the best hits with their neighbours). */
                 limit?: number;
                 filter?: {
                     [key: string]: unknown;
