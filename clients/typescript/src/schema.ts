@@ -1952,7 +1952,7 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             limit?: number;
-            /** @description Keep only hits whose `score` is at least this, on the mode's scale: BM25 in lexical mode (0 to 1e+06), cosine similarity in vector mode (-1 to 1), the fused score in hybrid mode (`rrf` or `weighted`, 0 to 200); out of its mode's range, 400 `validation_error`. Given, it replaces the default relevance floor (no hits unless one has a lexical match or a cosine similarity at or above the embedder's calibrated threshold, then those with a lexical match or a cosine at or above its lower calibrated one; README, memory search): `0` in hybrid mode or `-1` in vector mode returns the top `limit` whatever their evidence. */
+            /** @description Keep only hits whose `score` is at least this, on the mode's scale: BM25 in lexical mode (0 to 1e+06), cosine similarity in vector mode (-1 to 1), the fused score in hybrid mode (`rrf` or `weighted`, 0 to 200); out of its mode's range, 400 `validation_error`. Given, it replaces the default relevance floor (no hits unless one has a lexical match or a cosine similarity at or above the embedder's calibrated threshold, then those with a lexical match or a cosine at or above its lower calibrated one; for a Chinese, Japanese or Korean query with an embedder that does not read those scripts, a lexical match only; docs/memory.md, relevance floor): `0` in hybrid mode or `-1` in vector mode returns the top `limit` whatever their evidence. */
             min_score?: number | null;
             weights?: {
                 lexical?: number;
