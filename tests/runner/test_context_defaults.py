@@ -10,7 +10,7 @@ from django.conf import settings
 
 from memory.inputs import MAX_SEARCH_LIMIT
 from memory.render import MIN_PACKED_HIT_BYTES
-from runner.inputs import default_limit, parse_context_request
+from runner.inputs import default_limit, parse_context_request, parse_invocation_request
 from sessions_app.context import envelope as env
 from tests.runner.test_context_packing import MEMORIES, SESSION, recalled
 from tests.sessions_helpers import sessions_url, text
@@ -48,6 +48,24 @@ def test_the_query_alone_is_the_tuned_request_at_the_benchmark_s_budgets(budget)
     for name in ("max_hit_bytes", "max_total_bytes", "on_error"):
         assert getattr(defaults.memory, name) == getattr(tuned.memory, name), name
     assert defaults.memory.max_total_bytes is None  # packed
+
+
+def test_an_invocation_s_empty_memory_retrieval_takes_the_same_defaults():
+    def invocation(memory: dict):
+        return parse_invocation_request(
+            {
+                "invocation_id": "i1",
+                "input": QUESTION,
+                "agent": {"provider": "fake", "model": "fake-1"},
+                "context_policy": {"budgets": {"max_request_tokens": 4096}},
+                "memory_retrieval": memory,
+            }
+        ).context
+
+    defaults, tuned = invocation({}), invocation(TUNED)
+    room = slot_room(defaults)
+    assert defaults.memory.search_in(room) == tuned.memory.search_in(room)
+    assert defaults.memory.search_in(room).query == QUESTION["parts"][0]["text"]
 
 
 def test_without_a_budget_the_limit_is_the_most():
