@@ -8,9 +8,17 @@ database (``memory/search.py`` runs the queries).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 RRF_K = 60
+# Chinese, Japanese and Korean characters: the class ``memory_search_vector`` indexes as
+# characters and character pairs (migration 0012), in Python's notation.
+CJK = re.compile(
+    "[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+    "\uff66-\uff9f\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+    "\U00020000-\U0003134f]"
+)
 # BM25 (Lucene's formula and default parameters); a lexeme counts once per entry, and an
 # entry's length is the number of distinct lexemes in its ``search`` vector.
 BM25_K1 = 1.2
@@ -84,6 +92,14 @@ def filled(found: list[str], limit: int) -> list[tuple]:
     return [
         (entry_id, 1.0 / (RRF_K + rank)) for rank, entry_id in enumerate(found[:limit], start=1)
     ]
+
+
+def cosines_are_evidence(query: str, reads_cjk: bool) -> bool:
+    """Whether the embedder's cosine similarities to ``query`` may count as evidence for the
+    relevance floor: always, unless the query holds Chinese, Japanese or Korean text and the
+    embedder does not tell related from unrelated text in those scripts (``reads_cjk``); then
+    only a lexical match is evidence, and a hit needs one."""
+    return reads_cjk or CJK.search(query) is None
 
 
 def evidenced(

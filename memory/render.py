@@ -78,6 +78,12 @@ def _json_len(text: str) -> int:
     return len(canonical_json(text)) - 2
 
 
+# The least a packed hit costs: its block's tags around one character, without ``from`` or
+# ``on``, and its id (a UUID) in ``memory_ids``; a slot of ``n`` bytes holds at most
+# ``n // MIN_PACKED_HIT_BYTES`` hits.
+MIN_PACKED_HIT_BYTES = _json_len('\n<memory n="1">\nx\n</memory>') + len(f'"{"0" * 36}",')
+
+
 def pack_hits(
     hits: list[dict],
     *,

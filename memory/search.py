@@ -26,6 +26,7 @@ from memory.fusion import (
     bm25_ceiling,
     bm25_idf,
     choose,
+    cosines_are_evidence,
     evidenced,
     filled,
     fuse,
@@ -328,9 +329,18 @@ def _fused(app: App, user_id: str, request: SearchRequest, fusion: Fusion, embed
     matched = lexical if fusion.lexical else _lexical(app, user_id, request, depth)
     held = {entry_id for entry_id, _score in matched}
     cosines = {entry_id: float(score) for entry_id, score in vector}
+    if not _cosines_count(request, embedder):
+        cosines = {}
     return evidenced(
         ranked, held, cosines, embedder.min_similarity, embedder.min_related_similarity
     )[: request.limit]
+
+
+def _cosines_count(request: SearchRequest, embedder) -> bool:
+    """Whether the relevance floor counts the embedder's cosines as evidence for this query:
+    not for a Chinese, Japanese or Korean query when the embedder does not read those
+    scripts (``memory.fusion.cosines_are_evidence``); then a hit needs a lexical match."""
+    return cosines_are_evidence(request.query, getattr(embedder, "reads_cjk", True))
 
 
 def _lexical_then_vector(app: App, user_id: str, request: SearchRequest, embedder) -> list[tuple]:
@@ -353,7 +363,7 @@ def _lexical_then_vector(app: App, user_id: str, request: SearchRequest, embedde
             found = evidenced(
                 found,
                 held,
-                dict(vector),
+                dict(vector) if _cosines_count(request, embedder) else {},
                 embedder.min_similarity,
                 embedder.min_related_similarity,
             )
@@ -420,11 +430,14 @@ def search(app: App, user_id: str, request: SearchRequest) -> list[dict]:
             (entry_id, float(score))
             for entry_id, score in _vector(app, user_id, request, request.limit, embedder)
         ]
-        if request.min_score is None:  # the cosine alone: no lexical query in this mode
+        if request.min_score is None:
+            # The cosine alone; where it is no evidence for the query, a lexical match.
+            counts = _cosines_count(request, embedder)
+            depth = max(50, request.limit * 3)
             ranked = evidenced(
                 ranked,
-                set(),
-                dict(ranked),
+                set() if counts else {i for i, _s in _lexical(app, user_id, request, depth)},
+                dict(ranked) if counts else {},
                 embedder.min_similarity,
                 embedder.min_related_similarity,
             )

@@ -38,13 +38,15 @@ HISTORY_SHARE_PERCENT = 10
 NEIGHBOURED_HITS = 10
 
 
-def _memory_hits(session: Session, retrieval: MemoryRetrieval | None) -> list[dict]:
-    """This user's hits for the memory query, best first. ``on_error: omit`` builds without
-    memory when the search fails (the accounting says so); ``error`` fails the build."""
+def _memory_hits(session: Session, retrieval: MemoryRetrieval | None, room: int) -> list[dict]:
+    """This user's hits for the memory query, best first, at most as many as the slot could
+    hold when the caller gave no ``limit`` (``room``: what the request budget leaves, or
+    ``max_total_bytes``). ``on_error: omit`` builds without memory when the search fails
+    (the accounting says so); ``error`` fails the build."""
     if retrieval is None:
         return []
     try:
-        return memory_search.search(session.app, session.user_id, retrieval.search)
+        return memory_search.search(session.app, session.user_id, retrieval.search_in(room))
     except ServiceError:
         if retrieval.on_error == "omit":
             telemetry.CONTEXT_BUILDS.labels("memory_omitted").inc()
@@ -79,26 +81,34 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
     started = time.perf_counter()
     policy = request.policy
     retrieval = request.memory
-    hits = _memory_hits(session, retrieval)
     packing = _packs(retrieval)
-    parts = env.fixed_parts(
-        instructions=request.instructions,
-        generation_config=request.generation_config,
-        tools=request.tools,
-        memory=[]
-        if packing
-        else render.render_hits(
-            hits,
-            max_hit_bytes=retrieval.max_hit_bytes,
-            max_total_bytes=retrieval.max_total_bytes,
+
+    def fixed(memory: list) -> dict:
+        return env.fixed_parts(
+            instructions=request.instructions,
+            generation_config=request.generation_config,
+            tools=request.tools,
+            memory=memory,
+            current_input=request.current_input,
         )
-        if retrieval is not None
-        else [],
-        current_input=request.current_input,
-    )
+
+    parts = fixed([])
+    request_limit = policy.request_byte_limit(settings.CTXADMIN_MAX_CONTEXT_BYTES)
+    if retrieval is not None and not packing:  # capped: the hits fill max_total_bytes
+        hits = _memory_hits(session, retrieval, retrieval.max_total_bytes)
+        parts = fixed(
+            render.render_hits(
+                hits,
+                max_hit_bytes=retrieval.max_hit_bytes,
+                max_total_bytes=retrieval.max_total_bytes,
+            )
+        )
+    else:  # packed: the hits fill what the rest of the request leaves
+        hits = _memory_hits(
+            session, retrieval, request_limit - sum(env.fixed_sizes(parts).values())
+        )
     sizes = env.fixed_sizes(parts)
     fixed_total = sum(sizes.values())
-    request_limit = policy.request_byte_limit(settings.CTXADMIN_MAX_CONTEXT_BYTES)
     if fixed_total > request_limit:
         telemetry.CONTEXT_BUILDS.labels("request_budget_exceeded").inc()
         raise _budget_error(

@@ -6,7 +6,7 @@ Every limit of these requests is named here; the API schemas import them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +17,7 @@ from ctxadmin.errors import ServiceError, invalid, strict_object
 from ctxadmin.providers.base import UnknownConnection, get_connection
 from ctxadmin.pruning import echoed
 from memory import inputs as memory_inputs
+from memory import render
 from sessions_app.context.policy import ContextPolicy, PolicyError, parse_context_policy
 from sessions_app.events import EventError, validate_content
 from sessions_app.services import event_limits
@@ -59,6 +60,24 @@ class MemoryRetrieval:
     max_hit_bytes: int
     max_total_bytes: int | None  # None: packed into what the request budget leaves
     on_error: str  # error | omit
+    # No ``limit`` given: the search's limit is at most what the slot could hold.
+    limit_follows_budget: bool = False
+
+    def search_in(self, slot_bytes: int):
+        """The search for a slot of at most ``slot_bytes`` (``max_total_bytes``, or what the
+        request budget leaves): the caller's ``limit``, else ``default_limit``."""
+        if not self.limit_follows_budget:
+            return self.search
+        return replace(self.search, limit=min(self.search.limit, default_limit(slot_bytes)))
+
+
+def default_limit(slot_bytes: int) -> int:
+    """A context request's default memory ``limit``: as many hits as ``slot_bytes`` could
+    hold, each at its smallest (``render.MIN_PACKED_HIT_BYTES``), up to the search's
+    maximum: a search ranks no more hits than the slot can take, and from a slot of 7,100
+    bytes on (some 1,850 tokens of budget) it asks for the most, as the best configuration
+    measured does (bench/BENCHMARKS.md, "Evidence in context")."""
+    return max(1, min(memory_inputs.MAX_SEARCH_LIMIT, slot_bytes // render.MIN_PACKED_HIT_BYTES))
 
 
 def memory_retrieval(value: Any) -> MemoryRetrieval:
@@ -84,13 +103,16 @@ def memory_retrieval(value: Any) -> MemoryRetrieval:
     if on_error not in MEMORY_ON_ERROR:
         raise invalid("memory.on_error", "must be error or omit")
     search_body = {k: v for k, v in value.items() if k in {"query", "mode", "limit", "filter"}}
-    search_body.setdefault("limit", 5)
+    follows = "limit" not in search_body
+    search_body.setdefault("limit", memory_inputs.MAX_SEARCH_LIMIT)
     try:
         search = memory_inputs.parse_search(search_body)
     except ServiceError as exc:
         field = exc.details.get("field", "")
         raise invalid(f"memory.{field}", exc.message.split(": ", 1)[-1]) from None
-    return MemoryRetrieval(search, budgets["max_hit_bytes"], budgets["max_total_bytes"], on_error)
+    return MemoryRetrieval(
+        search, budgets["max_hit_bytes"], budgets["max_total_bytes"], on_error, follows
+    )
 
 
 def parse_context_request(body: Any) -> ContextRequest:

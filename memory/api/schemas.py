@@ -178,7 +178,9 @@ COMPONENTS = {
                 "`validation_error`. Given, it replaces the default relevance floor (no hits "
                 "unless one has a lexical match or a cosine similarity at or above the "
                 "embedder's calibrated threshold, then those with a lexical match or a cosine "
-                "at or above its lower calibrated one; README, memory search): `0` in hybrid "
+                "at or above its lower calibrated one; for a Chinese, Japanese or Korean query "
+                "with an embedder that does not read those scripts, a lexical match only; "
+                "docs/memory.md, relevance floor): `0` in hybrid "
                 "mode or `-1` in vector mode "
                 "returns the top `limit` whatever their evidence.",
             },

@@ -91,6 +91,11 @@ class Embedder(ABC):
     #: points the query's way at all (cosine 0 and above).
     min_similarity: float = 0.0
     min_related_similarity: float = 0.0
+    #: Whether its cosine similarities tell related from unrelated Chinese, Japanese and
+    #: Korean text. ``False``: for a query holding such text, only a lexical match is
+    #: evidence for the relevance floor (``memory.fusion.cosines_are_evidence``). One not
+    #: measured is taken at its word, as for any query.
+    reads_cjk: bool = True
 
     @abstractmethod
     def embed(self, texts: list[str], *, deadline: float) -> list[list[float]]:

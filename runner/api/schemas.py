@@ -7,6 +7,7 @@ from __future__ import annotations
 from ctxadmin.api.paths import ID_PATTERN
 from ctxadmin.api.schema import OBJECT, ref, strict
 from memory.inputs import MAX_QUERY_BYTES, MAX_SEARCH_LIMIT, MODES
+from memory.render import MIN_PACKED_HIT_BYTES
 from runner.inputs import (
     INGESTION_MODES,
     MAX_DEADLINE_MS,
@@ -25,8 +26,17 @@ def _retrieval(filter_schema: dict, **first: dict) -> dict:
     context build's names it first)."""
     return {
         **first,
-        "mode": {"enum": list(MODES)},
-        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT},
+        "mode": {"enum": list(MODES), "description": "How memory is searched. Absent: hybrid."},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_SEARCH_LIMIT,
+            "description": "The most hits to search for. Absent: as many as the slot could "
+            f"hold, each at its smallest ({MIN_PACKED_HIT_BYTES} bytes), up to "
+            f"{MAX_SEARCH_LIMIT}; the slot being what the request budget leaves after the "
+            "fixed parts, or max_total_bytes. Leaving out everything but the query is the best "
+            "configuration measured (hybrid, packed, the best hits with their neighbours).",
+        },
         "filter": filter_schema,
         "max_hit_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_MEMORY_HIT_BYTES},
         "max_total_bytes": {

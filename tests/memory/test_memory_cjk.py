@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.embedding_helpers import LOCAL_INSTALLED
 from tests.memory.test_memory_api import add, search
 
 
@@ -101,3 +102,64 @@ class TestCjkLexicalSearch:
                     plans[lexeme, where == scoped] = plan.replace(lexeme, "?")
         assert plans["太郎", True] == plans["tokyo", True]
         assert "memory_scope_search" in plans["太郎", False]
+
+
+EMBEDDERS = [
+    pytest.param("hashing", id="hashing"),
+    pytest.param(
+        "local",
+        id="local",
+        marks=pytest.mark.skipif(not LOCAL_INSTALLED, reason="the local extra"),
+    ),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("embedder", EMBEDDERS)
+@pytest.mark.parametrize("mode", ["hybrid", "vector"])
+class TestTheFloorHoldsForCjk:
+    """all-MiniLM-L6-v2 reads these scripts as characters with little meaning: "天気" scores
+    0.41 with "私の名前は太郎です", above its 0.28 floor, and any two such texts about as much
+    (memory/embedders/local.py). For a CJK query only a lexical match is evidence."""
+
+    @pytest.fixture
+    def cjk(self, api, settings, embedder):
+        settings.CTXADMIN_EMBEDDER = embedder
+        texts = {
+            "name": "私の名前は太郎です",
+            "japanese": "私の名前は太郎です。東京に住んでいます。",
+            "chinese": "我上周在北京吃了烤鸭。",
+            "korean": "어제 서울에서 친구를 만났어요.",
+            "english": "Melanie painted a sunrise over the lake.",
+        }
+        return {name: add(api, content=text, embed="sync")["id"] for name, text in texts.items()}
+
+    def test_an_unrelated_cjk_sentence_is_no_hit(self, api, cjk, mode):
+        assert found(api, "天気", mode) == []
+        assert found(api, "烤面包", mode) == []  # shares one character, no pair
+        weather = add(api, content="明日の天気は雨になるそうです。", embed="sync")["id"]
+        assert found(api, "天気", mode) == [weather]
+
+    @pytest.mark.parametrize(
+        ("query", "expected"),
+        [
+            ("太郎", {"name", "japanese"}),
+            ("東京に住む", {"japanese"}),
+            ("北京", {"chinese"}),
+            ("烤鸭", {"chinese"}),
+            ("서울", {"korean"}),
+            ("친구를 만났어요", {"korean"}),
+        ],
+    )
+    def test_a_related_cjk_query_finds_its_memories_and_only_them(
+        self, api, cjk, mode, query, expected
+    ):
+        assert set(found(api, query, mode)) == {cjk[name] for name in expected}
+
+    def test_min_score_still_replaces_the_floor(self, api, cjk, mode):
+        low = {"vector": -1, "hybrid": 0}[mode]
+        assert len(search(api, query="天気", mode=mode, min_score=low)["hits"]) == 5
+
+    def test_an_english_query_keeps_its_vector_evidence(self, api, cjk, mode):
+        hits = found(api, "Who painted the sunrise by the lake?", mode)
+        assert hits[:1] == [cjk["english"]]

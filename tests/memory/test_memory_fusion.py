@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import codecs
+import importlib
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from memory.fusion import (
     BM25_B,
     BM25_K1,
+    CJK,
     RRF_K,
     Fusion,
     bm25_ceiling,
     bm25_idf,
     choose,
+    cosines_are_evidence,
     evidenced,
     filled,
     fuse,
@@ -101,3 +106,27 @@ def test_a_query_with_evidence_keeps_its_weaker_related_hits():
     assert evidenced(ranked, {"unrelated"}, weak_only, 0.28, 0.3) == [("unrelated", 0.6)]
     # The lower level is never above min_similarity.
     assert evidenced(ranked, set(), cosines, 0.28, 0.5) == [("strong", 0.9)]
+
+
+@pytest.mark.parametrize(
+    ("query", "cjk"),
+    [
+        ("天気", True),  # Japanese (Han)
+        ("てんき", True),  # hiragana
+        ("烤鸭", True),  # Chinese
+        ("날씨", True),  # Korean
+        ("\u1102\u1161\u11af", True),  # Korean as jamo (NFD)
+        ("Tokyo 太郎", True),  # mixed
+        ("What is the weather in Tokyo?", False),
+        ("Café déjà vu", False),
+        ("Погода", False),
+    ],
+)
+def test_a_cjk_query_counts_cosines_only_with_an_embedder_that_reads_it(query, cjk):
+    assert cosines_are_evidence(query, reads_cjk=True)
+    assert cosines_are_evidence(query, reads_cjk=False) is not cjk
+
+
+def test_the_cjk_class_is_the_lexical_index_s():
+    migration = importlib.import_module("memory.migrations.0012_unicode_and_cjk_lexemes")
+    assert CJK.pattern + "+" == codecs.decode(migration.CJK, "unicode_escape")

@@ -1609,8 +1609,12 @@ export interface components {
             policy?: components["schemas"]["ContextPolicy"];
             memory?: {
                 query: string;
-                /** @enum {unknown} */
+                /**
+                 * @description How memory is searched. Absent: hybrid.
+                 * @enum {unknown}
+                 */
                 mode?: "lexical" | "vector" | "hybrid";
+                /** @description The most hits to search for. Absent: as many as the slot could hold, each at its smallest (71 bytes), up to 100; the slot being what the request budget leaves after the fixed parts, or max_total_bytes. Leaving out everything but the query is the best configuration measured (hybrid, packed, the best hits with their neighbours). */
                 limit?: number;
                 filter?: {
                     [key: string]: unknown;
@@ -1800,8 +1804,12 @@ export interface components {
             };
             context_policy?: components["schemas"]["ContextPolicy"];
             memory_retrieval?: {
-                /** @enum {unknown} */
+                /**
+                 * @description How memory is searched. Absent: hybrid.
+                 * @enum {unknown}
+                 */
                 mode?: "lexical" | "vector" | "hybrid";
+                /** @description The most hits to search for. Absent: as many as the slot could hold, each at its smallest (71 bytes), up to 100; the slot being what the request budget leaves after the fixed parts, or max_total_bytes. Leaving out everything but the query is the best configuration measured (hybrid, packed, the best hits with their neighbours). */
                 limit?: number;
                 filter?: {
                     [key: string]: unknown;
@@ -2046,7 +2054,7 @@ export interface components {
                 [key: string]: unknown;
             } | null;
             limit?: number;
-            /** @description Keep only hits whose `score` is at least this, on the mode's scale: BM25 in lexical mode (0 to 1e+06), cosine similarity in vector mode (-1 to 1), the fused score in hybrid mode (`rrf` or `weighted`, 0 to 200); out of its mode's range, 400 `validation_error`. Given, it replaces the default relevance floor (no hits unless one has a lexical match or a cosine similarity at or above the embedder's calibrated threshold, then those with a lexical match or a cosine at or above its lower calibrated one; README, memory search): `0` in hybrid mode or `-1` in vector mode returns the top `limit` whatever their evidence. */
+            /** @description Keep only hits whose `score` is at least this, on the mode's scale: BM25 in lexical mode (0 to 1e+06), cosine similarity in vector mode (-1 to 1), the fused score in hybrid mode (`rrf` or `weighted`, 0 to 200); out of its mode's range, 400 `validation_error`. Given, it replaces the default relevance floor (no hits unless one has a lexical match or a cosine similarity at or above the embedder's calibrated threshold, then those with a lexical match or a cosine at or above its lower calibrated one; for a Chinese, Japanese or Korean query with an embedder that does not read those scripts, a lexical match only; docs/memory.md, relevance floor): `0` in hybrid mode or `-1` in vector mode returns the top `limit` whatever their evidence. */
             min_score?: number | null;
             weights?: {
                 lexical?: number;
