@@ -28,6 +28,15 @@ async def note(state: State) -> dict:
     return {"notes": [f"kept {count + 1}"]}
 
 
+def within(awaitable, seconds: float = 60):
+    """Run to its end on a new loop, or fail (a client bound to another loop can hang)."""
+
+    async def bounded():
+        return await asyncio.wait_for(awaitable, seconds)
+
+    return asyncio.run(bounded())
+
+
 def build(saver: CtxAdminSaver, store: CtxAdminStore):
     builder = StateGraph(State)
     builder.add_node("note", note)
@@ -41,7 +50,7 @@ def test_a_graph_on_one_saver_and_store_across_asyncio_runs(app, user):
     graph = build(saver, store)
     config = {"configurable": {"thread_id": f"loops-{uuid.uuid4().hex[:8]}"}}
     for turn in range(3):
-        out = asyncio.run(graph.ainvoke({"user": user, "notes": [f"turn {turn}"]}, config))
+        out = within(graph.ainvoke({"user": user, "notes": [f"turn {turn}"]}, config))
         assert out["notes"][-1] == f"kept {turn + 1}"
 
     async def read():
@@ -66,8 +75,8 @@ def test_a_graph_on_one_saver_and_store_from_threads_at_once(app, user):
         config = {"configurable": {"thread_id": f"loops-{base}-{n}"}}
         start.wait()
         for turn in range(2):
-            asyncio.run(graph.ainvoke({"user": f"{user}-{n}", "notes": [f"t{turn}"]}, config))
-        return asyncio.run(graph.aget_state(config)).values["notes"]
+            within(graph.ainvoke({"user": f"{user}-{n}", "notes": [f"t{turn}"]}, config))
+        return within(graph.aget_state(config)).values["notes"]
 
     with ThreadPoolExecutor(6) as pool:
         answers = list(pool.map(worker, range(6)))
@@ -78,7 +87,7 @@ def test_a_graph_on_one_saver_and_store_from_threads_at_once(app, user):
         return (await store.aget((f"{user}-{n}", "direct"), "k")).value
 
     with ThreadPoolExecutor(6) as pool:
-        values = list(pool.map(lambda n: asyncio.run(put_and_get(n)), range(6)))
+        values = list(pool.map(lambda n: within(put_and_get(n)), range(6)))
     assert values == [{"v": n} for n in range(6)]
     saver.close()
     store.close()

@@ -130,7 +130,10 @@ def test_threads_add_and_read_one_session_at_once(session_args):
             await session.add_items([{"role": "user", "content": f"from thread {n}"}])
             return len(await session.get_items())
 
-        return asyncio.run(run())
+        async def bounded() -> int:  # a client bound to another loop can hang
+            return await asyncio.wait_for(run(), 60)
+
+        return asyncio.run(bounded())
 
     with ThreadPoolExecutor(8) as pool:
         seen = list(pool.map(worker, range(8)))
