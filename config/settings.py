@@ -333,6 +333,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "ctxadmin.api.middleware.BodySizeLimitMiddleware",
     "ctxadmin.telemetry.RequestMetricsMiddleware",
+    "ctxadmin.api.middleware.EncodedSlashMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

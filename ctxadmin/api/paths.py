@@ -74,3 +74,39 @@ def path_segment_error(name: str, value: str) -> str | None:
     if pattern.match(value):
         return None
     return f"{name} must be {description}"
+
+
+#: The path parameter that follows each literal segment of the API's paths.
+_PARAMETER_AFTER = {
+    "apps": "app",
+    "users": "user",
+    "sessions": "sid",
+    "artifacts": "name",
+    "memories": "memory_id",
+    "compactions": "compaction_id",
+    "invocations": "invocation",
+    "threads": "thread",
+    "checkpoints": "checkpoint_id",
+    "keys": "prefix",
+}
+#: The diagnostics paths name their segments by position: /dev/v1/context/{app}/{user}/{sid}.
+_CONTEXT_PARAMETERS = ("app", "user", "sid")
+
+
+def encoded_slash_error(raw_path: str) -> tuple[str, str] | None:
+    """The parameter, and why it is refused, of the first segment of a request's path as
+    sent (still percent-encoded) that holds an encoded ``/``: the server decodes it before
+    routing, so it would otherwise split one segment into two. None when there is none."""
+    segments = raw_path.split("?", 1)[0].split("/")
+    for position, segment in enumerate(segments):
+        if "%2f" not in segment.lower():
+            continue
+        name = _PARAMETER_AFTER.get(segments[position - 1]) if position else None
+        if name is None and "context" in segments[:position]:
+            offset = position - segments.index("context") - 1
+            if offset < len(_CONTEXT_PARAMETERS):
+                name = _CONTEXT_PARAMETERS[offset]
+        if name is None:
+            return "path", "a path segment cannot hold '/'"
+        return name, path_segment_error(name, "/") or f"{name} cannot hold '/'"
+    return None
