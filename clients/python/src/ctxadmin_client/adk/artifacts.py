@@ -28,7 +28,7 @@ from typing_extensions import override
 
 from ctxadmin_client import errors
 from ctxadmin_client.adk import _wire
-from ctxadmin_client.adk._connection import ConnectedService
+from ctxadmin_client.adk._connection import ConnectedService, refusing_invalid_input
 
 USER_PREFIX = "user:"
 #: The session id under which a ``user:`` name is reached when ADK gives none (any session
@@ -83,6 +83,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
     -``, starting with a letter or digit, ``user:`` then a letter or digit)."""
 
     def _session(self, filename: str, session_id: str | None) -> str:
+        session_id = _wire.session_id(session_id) if session_id else session_id
         if filename.startswith(USER_PREFIX):
             return session_id or USER_SCOPE_SESSION
         if session_id is None:
@@ -90,6 +91,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return session_id
 
     @override
+    @refusing_invalid_input
     async def save_artifact(
         self,
         *,
@@ -109,7 +111,10 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
                     f"Invalid artifact reference URI: {part.file_data.file_uri}"
                 )
             artifact_util.validate_artifact_reference_scope(
-                app_name=app_name, user_id=user_id, session_id=session_id, parsed_uri=parsed
+                app_name=app_name,
+                user_id=user_id,
+                session_id=_wire.session_id(session_id) if session_id else session_id,
+                parsed_uri=parsed,
             )
         data, mime, _shown = _encode(part)
         answer = await self.client.save_artifact(
@@ -124,6 +129,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return int(answer["version"])
 
     @override
+    @refusing_invalid_input
     async def load_artifact(
         self,
         *,
@@ -182,6 +188,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return part
 
     @override
+    @refusing_invalid_input
     async def list_artifact_keys(
         self, *, app_name: str, user_id: str, session_id: str | None = None
     ) -> list[str]:
@@ -189,7 +196,9 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
             names = [
                 item["name"]
                 async for item in self.client.list_artifact_names(
-                    self._app(app_name), user_id, session_id or USER_SCOPE_SESSION
+                    self._app(app_name),
+                    user_id,
+                    _wire.session_id(session_id) if session_id else USER_SCOPE_SESSION,
                 )
             ]
         except errors.NotFoundError:
@@ -199,6 +208,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return sorted(names)
 
     @override
+    @refusing_invalid_input
     async def delete_artifact(
         self,
         *,
@@ -214,6 +224,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
             return
 
     @override
+    @refusing_invalid_input
     async def list_versions(
         self,
         *,
@@ -228,6 +239,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return [item.version for item in versions]
 
     @override
+    @refusing_invalid_input
     async def list_artifact_versions(
         self,
         *,
@@ -248,6 +260,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return [self._version(app, user_id, sid, filename, item) for item in items]
 
     @override
+    @refusing_invalid_input
     async def get_artifact_version(
         self,
         *,
