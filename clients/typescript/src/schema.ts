@@ -2277,6 +2277,8 @@ export interface components {
             custom_metadata?: {
                 [key: string]: unknown;
             } | null;
+            /** @description a name to show for the artifact (ADK's Blob.display_name), kept as given; null when none was given */
+            display_name?: string | null;
         };
         ArtifactVersion: {
             name: string;
@@ -2295,6 +2297,8 @@ export interface components {
             custom_metadata: {
                 [key: string]: unknown;
             } | null;
+            /** @description a name to show for the artifact (ADK's Blob.display_name), kept as given; null when none was given */
+            display_name: string | null;
         };
         ArtifactContent: {
             name: string;
@@ -2313,6 +2317,8 @@ export interface components {
             custom_metadata: {
                 [key: string]: unknown;
             } | null;
+            /** @description a name to show for the artifact (ADK's Blob.display_name), kept as given; null when none was given */
+            display_name: string | null;
             /** Format: byte */
             data_base64: string;
         };
@@ -2362,6 +2368,8 @@ export interface components {
             custom_metadata: {
                 [key: string]: unknown;
             } | null;
+            /** @description a name to show for the artifact (ADK's Blob.display_name), kept as given; null when none was given */
+            display_name: string | null;
             event_id: string;
         };
         GraphCheckpointPut: {

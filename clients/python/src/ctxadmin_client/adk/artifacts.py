@@ -5,8 +5,9 @@ or a given version, a delete removes every version; a ``user:`` name belongs to 
 is seen from every session of the user (and with no session at all).
 
 A part is stored as bytes with a mime type: ``inline_data`` as its bytes under its own mime
-type; a ``text`` part as UTF-8 under ``text/plain; adk-part=text``; a ``file_data`` part (a
-reference to content kept elsewhere, or to another artifact) as its JSON under
+type (its ``display_name`` as the version's); a ``text`` part as UTF-8 under ``text/plain;
+adk-part=text``; a ``file_data`` part (a reference to content kept elsewhere, or to another
+artifact) as its JSON under
 ``<its mime type>; adk-part=file-data``. The ``adk-part`` parameter is how a load gives back
 the kind of part that was saved; ``ArtifactVersion.mime_type`` leaves it out.
 """
@@ -69,13 +70,13 @@ def _split_mime(stored: str) -> tuple[str, str | None]:
     return "; ".join(kept), kind
 
 
-def _decode(data: bytes, stored_mime: str) -> types.Part:
+def _decode(data: bytes, stored_mime: str, display_name: str | None = None) -> types.Part:
     mime, kind = _split_mime(stored_mime)
     if kind == "text":
         return types.Part(text=data.decode("utf-8"))
     if kind == "file-data":
         return types.Part(file_data=types.FileData.model_validate(json.loads(data)))
-    return types.Part(inline_data=types.Blob(mime_type=mime, data=data))
+    return types.Part(inline_data=types.Blob(mime_type=mime, data=data, display_name=display_name))
 
 
 class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
@@ -125,6 +126,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
             data=data,
             mime_type=mime,
             custom_metadata=custom_metadata or None,
+            display_name=part.inline_data.display_name if part.inline_data else None,
         )
         return int(answer["version"])
 
@@ -166,7 +168,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
             )
         except errors.NotFoundError:
             return None
-        part = _decode(answer["data"], answer["mime_type"])
+        part = _decode(answer["data"], answer["mime_type"], answer.get("display_name"))
         if artifact_util.is_artifact_ref(part):
             target = artifact_util.resolve_artifact_reference(
                 file_uri=cast(str, cast(types.FileData, part.file_data).file_uri),
