@@ -88,9 +88,17 @@ _PARAMETER_AFTER = {
     "threads": "thread",
     "checkpoints": "checkpoint_id",
     "keys": "prefix",
+    "tokens": "prefix",
+    "tool-tokens": "prefix",
+    "jobs": "job_id",
+    "scopes": "fingerprint",
 }
-#: The diagnostics paths name their segments by position: /dev/v1/context/{app}/{user}/{sid}.
-_CONTEXT_PARAMETERS = ("app", "user", "sid")
+#: The diagnostics paths name their segments by position (/dev/v1/context/{app}/{user}/{sid}).
+_POSITIONAL = {
+    "context": ("app", "user", "sid"),
+    "memory": ("app", "user"),
+    "outbox": ("app",),
+}
 
 
 def encoded_slash_error(raw_path: str) -> tuple[str, str] | None:
@@ -102,10 +110,11 @@ def encoded_slash_error(raw_path: str) -> tuple[str, str] | None:
         if "%2f" not in segment.lower():
             continue
         name = _PARAMETER_AFTER.get(segments[position - 1]) if position else None
-        if name is None and "context" in segments[:position]:
-            offset = position - segments.index("context") - 1
-            if offset < len(_CONTEXT_PARAMETERS):
-                name = _CONTEXT_PARAMETERS[offset]
+        if name is None and segments[1:2] == ["dev"] and len(segments) > 3:
+            names = _POSITIONAL.get(segments[3], ())
+            offset = position - 4
+            if 0 <= offset < len(names):
+                name = names[offset]
         if name is None:
             return "path", "a path segment cannot hold '/'"
         return name, path_segment_error(name, "/") or f"{name} cannot hold '/'"

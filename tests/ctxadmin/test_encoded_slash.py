@@ -18,6 +18,9 @@ from ctxadmin.api.paths import encoded_slash_error
         ("/api/v1/apps/demo/threads/t%2F1/checkpoints", "thread"),
         ("/dev/v1/context/demo/a%2Fb/s", "user"),
         ("/dev/v1/context/demo/a/s%2F1/lifecycle", "sid"),
+        ("/dev/v1/memory/demo/a%2Fb", "user"),
+        ("/api/v1/apps/demo/outbox/jobs/j%2F1", "job_id"),
+        ("/api/v1/apps/demo/users/a/tool-tokens/p%2Fq", "prefix"),
         ("/api/v1/apps/demo/odd%2Fplace", "path"),
     ],
 )
