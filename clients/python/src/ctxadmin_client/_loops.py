@@ -45,11 +45,6 @@ class PerLoop:
         )
         self._closed = False
 
-    def __len__(self) -> int:
-        """How many loops have a client now."""
-        with self._lock:
-            return len(self._held)
-
     async def get(self) -> httpx.AsyncClient:
         """The running loop's client, made on its first use there."""
         loop = asyncio.get_running_loop()
