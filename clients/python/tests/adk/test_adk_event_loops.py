@@ -113,6 +113,35 @@ def test_a_synchronous_runner_over_several_turns(make_app, user):
     asyncio.run(runner.close())
 
 
+def test_one_runner_and_plugin_from_threads_at_once(make_app, user):
+    app = make_app(name=f"thr-{user[-8:]}", scopes=("sessions", "memory"))
+    sessions = CtxAdminSessionService(app.base_url, app.key)
+    plugin = CtxAdminContextPlugin(app.base_url, app.key)
+    agent = LlmAgent(name="keeper", model=TurnModel(seen=[]), tools=[note])
+    runner = Runner(
+        app=App(name=app.name, root_agent=agent, plugins=[plugin]),
+        session_service=sessions,
+        memory_service=CtxAdminMemoryService(app.base_url, app.key),
+        artifact_service=CtxAdminArtifactService(app.base_url, app.key),
+    )
+    start = threading.Barrier(4)
+
+    def worker(n: int) -> list[str]:
+        sid = asyncio.run(sessions.create_session(app_name=app.name, user_id=user)).id
+        start.wait()
+        replies = []
+        for turn in range(2):
+            message = user_says(f"thread {n} turn {turn}")
+            events = list(runner.run(user_id=user, session_id=sid, new_message=message))
+            replies.append(events[-1].content.parts[0].text)
+        return replies
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(worker, range(4)))
+    assert answers == [["Noted (0).", "Noted (1)."]] * 4
+    asyncio.run(runner.close())
+
+
 def test_each_service_on_one_object_across_asyncio_runs(app, user):
     sid = f"runs-{uuid.uuid4().hex[:8]}"
     base_url, key, app = app.base_url, app.key, app.name
