@@ -337,6 +337,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "ctxadmin.api.middleware.BodySizeLimitMiddleware",
     "ctxadmin.telemetry.RequestMetricsMiddleware",
+    "ctxadmin.api.middleware.EncodedSlashMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -7,6 +7,31 @@ from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.wsgi import LimitedStream
 
 from ctxadmin.api.errors import error_response
+from ctxadmin.api.paths import encoded_slash_error
+
+_API_PREFIXES = ("/api/", "/dev/")
+
+
+class EncodedSlashMiddleware:
+    """A path segment with an encoded ``/`` (``users/a%2Fb/...``) is 400
+    ``invalid_path_parameter``, as any segment outside its rule. The WSGI server decodes the
+    path before Django routes it, so the segment would otherwise become two: a 404, or
+    another route. The path as sent is the server's ``RAW_URI`` (gunicorn) or
+    ``REQUEST_URI`` (uWSGI)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        raw = request.META.get("RAW_URI") or request.META.get("REQUEST_URI") or ""
+        if request.path.startswith(_API_PREFIXES) and "%" in raw:
+            problem = encoded_slash_error(raw)
+            if problem is not None:
+                name, message = problem
+                return error_response(
+                    400, "invalid_path_parameter", message, details={"parameter": name}
+                )
+        return self.get_response(request)
 
 
 class BodySizeLimitMiddleware:

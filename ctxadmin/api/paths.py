@@ -74,3 +74,48 @@ def path_segment_error(name: str, value: str) -> str | None:
     if pattern.match(value):
         return None
     return f"{name} must be {description}"
+
+
+#: The path parameter that follows each literal segment of the API's paths.
+_PARAMETER_AFTER = {
+    "apps": "app",
+    "users": "user",
+    "sessions": "sid",
+    "artifacts": "name",
+    "memories": "memory_id",
+    "compactions": "compaction_id",
+    "invocations": "invocation",
+    "threads": "thread",
+    "checkpoints": "checkpoint_id",
+    "keys": "prefix",
+    "tokens": "prefix",
+    "tool-tokens": "prefix",
+    "jobs": "job_id",
+    "scopes": "fingerprint",
+}
+#: The diagnostics paths name their segments by position (/dev/v1/context/{app}/{user}/{sid}).
+_POSITIONAL = {
+    "context": ("app", "user", "sid"),
+    "memory": ("app", "user"),
+    "outbox": ("app",),
+}
+
+
+def encoded_slash_error(raw_path: str) -> tuple[str, str] | None:
+    """The parameter, and why it is refused, of the first segment of a request's path as
+    sent (still percent-encoded) that holds an encoded ``/``: the server decodes it before
+    routing, so it would otherwise split one segment into two. None when there is none."""
+    segments = raw_path.split("?", 1)[0].split("/")
+    for position, segment in enumerate(segments):
+        if "%2f" not in segment.lower():
+            continue
+        name = _PARAMETER_AFTER.get(segments[position - 1]) if position else None
+        if name is None and segments[1:2] == ["dev"] and len(segments) > 3:
+            names = _POSITIONAL.get(segments[3], ())
+            offset = position - 4
+            if 0 <= offset < len(names):
+                name = names[offset]
+        if name is None:
+            return "path", "a path segment cannot hold '/'"
+        return name, path_segment_error(name, "/") or f"{name} cannot hold '/'"
+    return None

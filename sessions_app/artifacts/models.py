@@ -84,6 +84,9 @@ class ArtifactVersion(models.Model):
     size = models.BigIntegerField()
     sha256 = models.CharField(max_length=64)
     custom_metadata = models.JSONField(null=True, blank=True)
+    # A name to show for it (ADK's ``Blob.display_name``), kept as given: null is none given,
+    # apart from an empty name.
+    display_name = models.CharField(max_length=1024, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(db_default=Now(), editable=False)
 
     class Meta:

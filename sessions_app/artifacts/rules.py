@@ -24,6 +24,7 @@ USER_SCOPE = "user"
 MAX_NAME_LENGTH = 256
 MAX_MIME_LENGTH = 255
 MAX_METADATA_KEY_LENGTH = 256
+MAX_DISPLAY_NAME_LENGTH = 1024
 
 _NAME = re.compile(rf"^{ARTIFACT_NAME_PATTERN}\Z")
 _WORD = r"[A-Za-z0-9!#$&^_.+-]+"
@@ -35,7 +36,7 @@ MIME_PATTERN = (
 )
 _MIME = re.compile(rf"^{MIME_PATTERN}\Z")
 
-SAVE_FIELDS = frozenset({"data_base64", "mime_type", "custom_metadata"})
+SAVE_FIELDS = frozenset({"data_base64", "mime_type", "custom_metadata", "display_name"})
 
 
 class RuleError(ValueError):
@@ -85,6 +86,19 @@ def check_mime_type(mime_type: Any) -> str:
     return mime_type
 
 
+def check_display_name(value: Any) -> str | None:
+    """A name to show for the artifact (ADK's ``Blob.display_name``), kept as given."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RuleError("display_name", "must be a string or null")
+    if len(value) > MAX_DISPLAY_NAME_LENGTH:
+        raise RuleError("display_name", f"must be at most {MAX_DISPLAY_NAME_LENGTH} characters")
+    if "\x00" in value:
+        raise RuleError("display_name", "must not contain NUL characters")
+    return value
+
+
 def check_size(size: int, limit: int) -> None:
     if size > limit:
         raise RuleError(
@@ -123,11 +137,12 @@ class SaveBody:
     data: bytes
     mime_type: str
     custom_metadata: Any
+    display_name: str | None = None
 
 
 def parse_save_body(body: Any, max_bytes: int) -> SaveBody:
-    """``{"data_base64", "mime_type", "custom_metadata"?}``: strict, decoded, size-checked
-    before the bytes are decoded."""
+    """``{"data_base64", "mime_type", "custom_metadata"?, "display_name"?}``: strict,
+    decoded, size-checked before the bytes are decoded."""
     if not isinstance(body, dict):
         raise RuleError("body", "must be a JSON object")
     unknown = sorted(set(body) - SAVE_FIELDS)
@@ -144,4 +159,9 @@ def parse_save_body(body: Any, max_bytes: int) -> SaveBody:
         raise RuleError("data_base64", "must be standard base64") from None
     if "mime_type" not in body:
         raise RuleError("mime_type", "is required")
-    return SaveBody(data, check_mime_type(body["mime_type"]), body.get("custom_metadata"))
+    return SaveBody(
+        data,
+        check_mime_type(body["mime_type"]),
+        body.get("custom_metadata"),
+        check_display_name(body.get("display_name")),
+    )

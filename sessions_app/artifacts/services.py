@@ -54,6 +54,7 @@ class ArtifactInfo:
     sha256: str
     created_at: datetime
     custom_metadata: dict | None
+    display_name: str | None = None
 
     @property
     def scope(self) -> str:
@@ -69,6 +70,7 @@ class ArtifactInfo:
             sha256=row.sha256,
             created_at=row.created_at,
             custom_metadata=row.custom_metadata,
+            display_name=row.display_name,
         )
 
     def as_json(self) -> dict:
@@ -81,6 +83,7 @@ class ArtifactInfo:
             "sha256": self.sha256,
             "created_at": iso_timestamp(self.created_at),
             "custom_metadata": self.custom_metadata,
+            "display_name": self.display_name,
         }
 
 
@@ -123,6 +126,7 @@ def save_artifact(
     data: bytes,
     mime_type: str,
     custom_metadata: dict | None = None,
+    display_name: str | None = None,
 ) -> ArtifactInfo:
     """Store ``data`` as the name's next version (0 for a new name). Secret-named keys of
     ``custom_metadata`` are dropped. 404 for a session-scoped name of a missing session; 413
@@ -131,6 +135,7 @@ def save_artifact(
     try:
         rules.check_name(name)
         rules.check_mime_type(mime_type)
+        rules.check_display_name(display_name)
         rules.check_size(len(data), settings.CTXADMIN_ARTIFACT_MAX_BYTES)
         metadata = rules.clean_metadata(
             custom_metadata, settings.CTXADMIN_ARTIFACT_MAX_METADATA_BYTES
@@ -165,6 +170,7 @@ def save_artifact(
                 size=len(data),
                 sha256=digest,
                 custom_metadata=metadata,
+                display_name=display_name,
             )
             storage.backend().put(row, data)
             row.save(force_insert=True)

@@ -70,6 +70,7 @@ def test_save_load_list_versions_and_delete(owner):
         "sha256": hashlib.sha256(b"one").hexdigest(),
         "created_at": first.json()["created_at"],
         "custom_metadata": {"source": "tool", "n": 1},
+        "display_name": None,
     }
     second = save_json(api, url, b"two!", mime="text/markdown")
     assert second.json()["version"] == 1 and second.json()["custom_metadata"] is None

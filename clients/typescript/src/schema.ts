@@ -2393,6 +2393,8 @@ export interface components {
             custom_metadata?: {
                 [key: string]: unknown;
             } | null;
+            /** @description a name to show for the artifact (ADK's Blob.display_name), kept as given; null when none was given */
+            display_name?: string | null;
         };
         ArtifactVersion: {
             name: string;
@@ -2411,6 +2413,8 @@ export interface components {
             custom_metadata: {
                 [key: string]: unknown;
             } | null;
+            /** @description a name to show for the artifact (ADK's Blob.display_name), kept as given; null when none was given */
+            display_name: string | null;
         };
         ArtifactContent: {
             name: string;
@@ -2429,6 +2433,8 @@ export interface components {
             custom_metadata: {
                 [key: string]: unknown;
             } | null;
+            /** @description a name to show for the artifact (ADK's Blob.display_name), kept as given; null when none was given */
+            display_name: string | null;
             /** Format: byte */
             data_base64: string;
         };
@@ -2478,6 +2484,8 @@ export interface components {
             custom_metadata: {
                 [key: string]: unknown;
             } | null;
+            /** @description a name to show for the artifact (ADK's Blob.display_name), kept as given; null when none was given */
+            display_name: string | null;
             event_id: string;
         };
         GraphCheckpointPut: {

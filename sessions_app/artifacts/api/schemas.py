@@ -42,6 +42,13 @@ _METADATA = {
     "description": "at most CTXADMIN_ARTIFACT_MAX_METADATA_BYTES (4096) of canonical JSON; "
     "secret-named keys are dropped",
 }
+_DISPLAY_NAME = {
+    "type": "string",
+    "nullable": True,
+    "maxLength": 1024,
+    "description": "a name to show for the artifact (ADK's Blob.display_name), kept as "
+    "given; null when none was given",
+}
 _VERSION_PROPERTIES = {
     "name": _NAME,
     "scope": _SCOPE,
@@ -51,6 +58,7 @@ _VERSION_PROPERTIES = {
     "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
     "created_at": {"type": "string", "format": "date-time"},
     "custom_metadata": _METADATA,
+    "display_name": _DISPLAY_NAME,
 }
 
 COMPONENTS = {
@@ -64,6 +72,7 @@ COMPONENTS = {
             },
             "mime_type": _MIME,
             "custom_metadata": _METADATA,
+            "display_name": _DISPLAY_NAME,
         },
         ["data_base64", "mime_type"],
     ),

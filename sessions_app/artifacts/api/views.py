@@ -184,10 +184,13 @@ class ArtifactDetailView(ArtifactsScopedView):
             except rules.RuleError as error:
                 raise services.api_error(error) from None
             data, mime_type, metadata = body.data, body.mime_type, body.custom_metadata
+            display_name = body.display_name
         else:
-            data, metadata = request.body, None
+            data, metadata, display_name = request.body, None, None
             mime_type = content_type or "application/octet-stream"
-        info = services.save_artifact(self.tenant, user, sid, name, data, mime_type, metadata)
+        info = services.save_artifact(
+            self.tenant, user, sid, name, data, mime_type, metadata, display_name=display_name
+        )
         return Response(info.as_json(), status=status.HTTP_201_CREATED)
 
     @extend_schema(operation_id="artifacts_delete", responses={204: None})

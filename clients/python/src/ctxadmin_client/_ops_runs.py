@@ -73,11 +73,13 @@ class RunOperations(Runners[D, L, N, B]):
         data: bytes,
         mime_type: str = "application/octet-stream",
         custom_metadata: Mapping[str, Any] | None = None,
+        display_name: str | None = None,
     ) -> D:
-        """Save the next version. The bytes go raw; with ``custom_metadata`` they go as
-        base64 in JSON (a third larger)."""
+        """Save the next version. The bytes go raw; with ``custom_metadata`` or a
+        ``display_name`` (a name to show, kept as given) they go as base64 in JSON (a third
+        larger)."""
         where = session_path(app, user_id, session_id, "artifacts", name)
-        if custom_metadata is None:
+        if custom_metadata is None and display_name is None:
             return self._one(
                 Call(
                     "POST",
@@ -94,7 +96,8 @@ class RunOperations(Runners[D, L, N, B]):
                 json={
                     "data_base64": base64.b64encode(data).decode("ascii"),
                     "mime_type": mime_type,
-                    "custom_metadata": dict(custom_metadata),
+                    "custom_metadata": dict(custom_metadata) if custom_metadata else None,
+                    "display_name": display_name,
                 },
             )
         )

@@ -171,3 +171,21 @@ async def test_version_metadata_as_adk_describes_it(adk, user, session_id):
         (0, "image/png", {"source": "plotter", "dpi": 300}),
         (1, "image/svg+xml", {}),
     ]
+
+
+async def test_an_inline_parts_display_name_loads_back(adk, user, session_id):
+    where = {"app_name": adk.app, "user_id": user, "session_id": session_id}
+    named = types.Part(
+        inline_data=types.Blob(mime_type="image/png", data=b"\x89PNG", display_name="Map · Oslo")
+    )
+    answers = []
+    for service in both(adk):
+        await service.save_artifact(filename="map.png", artifact=named, **where)
+        await service.save_artifact(filename="map.png", artifact=blob(b"plain"), **where)
+        first = await service.load_artifact(filename="map.png", version=0, **where)
+        latest = await service.load_artifact(filename="map.png", **where)
+        answers.append((first.model_dump(), latest.model_dump()))
+    ours, theirs = answers
+    assert ours == theirs
+    assert ours[0]["inline_data"]["display_name"] == "Map · Oslo"
+    assert ours[1]["inline_data"]["display_name"] is None

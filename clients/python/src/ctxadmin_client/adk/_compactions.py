@@ -27,7 +27,7 @@ async def take_server_compactions(client: AsyncClient, app: str, session: Sessio
     if revision is None:
         return False
     doc = await client.get_session(
-        app, session.user_id, session.id, num_recent_events=RECENT_EVENTS
+        app, session.user_id, _wire.session_id(session.id), num_recent_events=RECENT_EVENTS
     )
     known = {event.id for event in session.events}
     new = [_wire.event_from_wire(e) for e in doc["events"] if e["event_id"] not in known]

@@ -1,11 +1,46 @@
 """The ctxadmin connection the ADK services share: a ready ``AsyncClient`` or one made from a
-base URL and an API key (owned, and closed, by the service that made it)."""
+base URL and an API key (owned, and closed, by the service that made it); and the error ADK
+expects where ctxadmin refuses the input."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
 
-from ctxadmin_client import AsyncClient
+from google.adk.errors.input_validation_error import InputValidationError
+
+from ctxadmin_client import AsyncClient, errors
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class InvalidInputError(errors.ValidationError, InputValidationError):
+    """ctxadmin refused the input (400, 422): ADK's ``InputValidationError``, and the client's
+    ``ValidationError`` (with its ``status``, ``code`` and ``details``)."""
+
+
+def refusing_invalid_input(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """A service method whose refused input raises :class:`InvalidInputError`."""
+
+    @functools.wraps(method)
+    async def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(*args, **kwargs)
+        except InvalidInputError:
+            raise
+        except errors.ValidationError as error:
+            raise InvalidInputError(
+                error.message,
+                status=error.status,
+                code=error.code,
+                details=error.details,
+                request_id=error.request_id,
+                retry_after=error.retry_after,
+            ) from error
+
+    return checked
 
 
 class Connection:

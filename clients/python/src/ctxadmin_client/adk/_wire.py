@@ -25,6 +25,12 @@ SERVER_EVENT_FIELDS = frozenset(
 )
 
 
+def session_id(value: str) -> str:
+    """A session id as every call sends it: without surrounding whitespace, as ADK's own
+    session services take it (``'order-42\\n'`` is ``order-42``; ctxadmin's ids hold none)."""
+    return value.strip()
+
+
 def seconds(value: Any) -> float:
     """Float seconds since the epoch from ctxadmin's ISO 8601 text or a number."""
     if isinstance(value, int | float) and not isinstance(value, bool):

@@ -5,8 +5,9 @@ or a given version, a delete removes every version; a ``user:`` name belongs to 
 is seen from every session of the user (and with no session at all).
 
 A part is stored as bytes with a mime type: ``inline_data`` as its bytes under its own mime
-type; a ``text`` part as UTF-8 under ``text/plain; adk-part=text``; a ``file_data`` part (a
-reference to content kept elsewhere, or to another artifact) as its JSON under
+type (its ``display_name`` as the version's); a ``text`` part as UTF-8 under ``text/plain;
+adk-part=text``; a ``file_data`` part (a reference to content kept elsewhere, or to another
+artifact) as its JSON under
 ``<its mime type>; adk-part=file-data``. The ``adk-part`` parameter is how a load gives back
 the kind of part that was saved; ``ArtifactVersion.mime_type`` leaves it out.
 """
@@ -28,7 +29,7 @@ from typing_extensions import override
 
 from ctxadmin_client import errors
 from ctxadmin_client.adk import _wire
-from ctxadmin_client.adk._connection import ConnectedService
+from ctxadmin_client.adk._connection import ConnectedService, refusing_invalid_input
 
 USER_PREFIX = "user:"
 #: The session id under which a ``user:`` name is reached when ADK gives none (any session
@@ -69,13 +70,13 @@ def _split_mime(stored: str) -> tuple[str, str | None]:
     return "; ".join(kept), kind
 
 
-def _decode(data: bytes, stored_mime: str) -> types.Part:
+def _decode(data: bytes, stored_mime: str, display_name: str | None = None) -> types.Part:
     mime, kind = _split_mime(stored_mime)
     if kind == "text":
         return types.Part(text=data.decode("utf-8"))
     if kind == "file-data":
         return types.Part(file_data=types.FileData.model_validate(json.loads(data)))
-    return types.Part(inline_data=types.Blob(mime_type=mime, data=data))
+    return types.Part(inline_data=types.Blob(mime_type=mime, data=data, display_name=display_name))
 
 
 class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
@@ -83,6 +84,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
     -``, starting with a letter or digit, ``user:`` then a letter or digit)."""
 
     def _session(self, filename: str, session_id: str | None) -> str:
+        session_id = _wire.session_id(session_id) if session_id else session_id
         if filename.startswith(USER_PREFIX):
             return session_id or USER_SCOPE_SESSION
         if session_id is None:
@@ -90,6 +92,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return session_id
 
     @override
+    @refusing_invalid_input
     async def save_artifact(
         self,
         *,
@@ -109,7 +112,10 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
                     f"Invalid artifact reference URI: {part.file_data.file_uri}"
                 )
             artifact_util.validate_artifact_reference_scope(
-                app_name=app_name, user_id=user_id, session_id=session_id, parsed_uri=parsed
+                app_name=app_name,
+                user_id=user_id,
+                session_id=_wire.session_id(session_id) if session_id else session_id,
+                parsed_uri=parsed,
             )
         data, mime, _shown = _encode(part)
         answer = await self.client.save_artifact(
@@ -120,10 +126,12 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
             data=data,
             mime_type=mime,
             custom_metadata=custom_metadata or None,
+            display_name=part.inline_data.display_name if part.inline_data else None,
         )
         return int(answer["version"])
 
     @override
+    @refusing_invalid_input
     async def load_artifact(
         self,
         *,
@@ -160,7 +168,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
             )
         except errors.NotFoundError:
             return None
-        part = _decode(answer["data"], answer["mime_type"])
+        part = _decode(answer["data"], answer["mime_type"], answer.get("display_name"))
         if artifact_util.is_artifact_ref(part):
             target = artifact_util.resolve_artifact_reference(
                 file_uri=cast(str, cast(types.FileData, part.file_data).file_uri),
@@ -182,6 +190,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return part
 
     @override
+    @refusing_invalid_input
     async def list_artifact_keys(
         self, *, app_name: str, user_id: str, session_id: str | None = None
     ) -> list[str]:
@@ -189,7 +198,9 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
             names = [
                 item["name"]
                 async for item in self.client.list_artifact_names(
-                    self._app(app_name), user_id, session_id or USER_SCOPE_SESSION
+                    self._app(app_name),
+                    user_id,
+                    _wire.session_id(session_id) if session_id else USER_SCOPE_SESSION,
                 )
             ]
         except errors.NotFoundError:
@@ -199,6 +210,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return sorted(names)
 
     @override
+    @refusing_invalid_input
     async def delete_artifact(
         self,
         *,
@@ -214,6 +226,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
             return
 
     @override
+    @refusing_invalid_input
     async def list_versions(
         self,
         *,
@@ -228,6 +241,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return [item.version for item in versions]
 
     @override
+    @refusing_invalid_input
     async def list_artifact_versions(
         self,
         *,
@@ -248,6 +262,7 @@ class CtxAdminArtifactService(ConnectedService, BaseArtifactService):
         return [self._version(app, user_id, sid, filename, item) for item in items]
 
     @override
+    @refusing_invalid_input
     async def get_artifact_version(
         self,
         *,

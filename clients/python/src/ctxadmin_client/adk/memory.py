@@ -22,7 +22,7 @@ from typing_extensions import override
 
 from ctxadmin_client import errors
 from ctxadmin_client.adk import _wire
-from ctxadmin_client.adk._connection import ConnectedService
+from ctxadmin_client.adk._connection import ConnectedService, refusing_invalid_input
 
 #: At most this many events go in one request (the API's batch limit).
 EVENTS_PER_REQUEST = 500
@@ -51,6 +51,7 @@ class CtxAdminMemoryService(ConnectedService, BaseMemoryService):
         self.search_limit = search_limit
 
     @override
+    @refusing_invalid_input
     async def add_session_to_memory(self, session: Session) -> None:
         await self.add_events_to_memory(
             app_name=session.app_name,
@@ -60,6 +61,7 @@ class CtxAdminMemoryService(ConnectedService, BaseMemoryService):
         )
 
     @override
+    @refusing_invalid_input
     async def add_events_to_memory(
         self,
         *,
@@ -82,11 +84,12 @@ class CtxAdminMemoryService(ConnectedService, BaseMemoryService):
                 self._app(app_name),
                 user_id,
                 wanted[start : start + EVENTS_PER_REQUEST],
-                session_id=session_id,
+                session_id=_wire.session_id(session_id) if session_id else None,
                 custom_metadata=dict(custom_metadata) if custom_metadata else None,
             )
 
     @override
+    @refusing_invalid_input
     async def add_memory(
         self,
         *,
@@ -117,6 +120,7 @@ class CtxAdminMemoryService(ConnectedService, BaseMemoryService):
             )
 
     @override
+    @refusing_invalid_input
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str
     ) -> SearchMemoryResponse:
@@ -132,6 +136,7 @@ class CtxAdminMemoryService(ConnectedService, BaseMemoryService):
         return SearchMemoryResponse(memories=[_entry(hit) for hit in _hits(answer)])
 
     @override
+    @refusing_invalid_input
     async def delete_memory(
         self, *, app_name: str, user_id: str, memory_id: str | None = None
     ) -> None:

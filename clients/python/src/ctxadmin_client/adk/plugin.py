@@ -19,6 +19,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
+from ctxadmin_client.adk import _wire
 from ctxadmin_client.adk._compactions import take_server_compactions
 from ctxadmin_client.adk._connection import Connection
 
@@ -93,7 +94,7 @@ class CtxAdminContextPlugin(BasePlugin):
         answer = await self._connection.client.build_context(
             self._connection.app_for(session.app_name),
             session.user_id,
-            session.id,
+            _wire.session_id(session.id),
             current_input=_wire_content(current),
             policy=self.policy,
             memory=memory,

@@ -28,7 +28,7 @@ from typing_extensions import override
 from ctxadmin_client import errors
 from ctxadmin_client.adk import _wire
 from ctxadmin_client.adk._compactions import take_server_compactions
-from ctxadmin_client.adk._connection import ConnectedService
+from ctxadmin_client.adk._connection import ConnectedService, refusing_invalid_input
 
 STALE_MESSAGE = (
     "The session has been modified in storage since it was loaded. "
@@ -50,6 +50,7 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
     page_size = 200
 
     @override
+    @refusing_invalid_input
     async def create_session(
         self,
         *,
@@ -58,7 +59,7 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> Session:
-        session_id = session_id.strip() if session_id else None
+        session_id = _wire.session_id(session_id or "") or None
         try:
             doc = await self.client.create_session(
                 self._app(app_name), user_id, session_id=session_id, state=state or {}
@@ -68,6 +69,7 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
         return _wire.session_from_wire(app_name, doc, with_events=False)
 
     @override
+    @refusing_invalid_input
     async def get_session(
         self,
         *,
@@ -76,6 +78,7 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> Session | None:
+        session_id = _wire.session_id(session_id)
         recent = config.num_recent_events if config else None
         after = config.after_timestamp if config else None
         app = self._app(app_name)
@@ -103,6 +106,7 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
         return [event async for event in events]
 
     @override
+    @refusing_invalid_input
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
@@ -121,13 +125,17 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
         return ListSessionsResponse(sessions=sessions)
 
     @override
+    @refusing_invalid_input
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         try:
-            await self.client.delete_session(self._app(app_name), user_id, session_id)
+            await self.client.delete_session(
+                self._app(app_name), user_id, _wire.session_id(session_id)
+            )
         except errors.NotFoundError:
             return
 
     @override
+    @refusing_invalid_input
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         answer = await self.client.get_user_state(self._app(app_name), user_id)
         return _wire.user_state(answer.get("state") or {})
@@ -135,12 +143,17 @@ class CtxAdminSessionService(ConnectedService, BaseSessionService):
     async def _append(self, app: str, session: Session, wire: dict) -> dict:
         try:
             return await self.client.append_event(
-                app, session.user_id, session.id, wire, expected_revision=_wire.revision_of(session)
+                app,
+                session.user_id,
+                _wire.session_id(session.id),
+                wire,
+                expected_revision=_wire.revision_of(session),
             )
         except errors.NotFoundError:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
 
     @override
+    @refusing_invalid_input
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
             return event

@@ -46,13 +46,14 @@ def _enough(entries: list[_items.Entry], newest: int) -> bool:
 
 class CtxAdminSession:
     """An OpenAI Agents SDK session stored in ctxadmin (the SDK's ``Session`` protocol, and
-    its ``OpenAIResponsesCompactionAwareSession``).
+        its ``OpenAIResponsesCompactionAwareSession``).
 
-    ``CtxAdminSession(session_id, app=..., user_id=..., base_url=..., api_key=...)``, or
-    ``client=`` a ready ``ctxadmin_client.AsyncClient`` (left open by :meth:`close`).
-    ``compacted_history``: reads answer ctxadmin's compaction summaries in place of the
-    items they cover (the default), or every stored item (``False``).
-    ``session_settings``: the SDK's settings (``limit``: the default of ``get_items``).
+        ``CtxAdminSession(session_id, app=..., user_id=..., base_url=..., api_key=...)``, or
+        ``client=`` a ready ``ctxadmin_client.AsyncClient`` (left open by :meth:`close`). It works
+    on any event loop and in any thread (``Runner.run``, ``run_streamed`` and ``run_sync``).
+        ``compacted_history``: reads answer ctxadmin's compaction summaries in place of the
+        items they cover (the default), or every stored item (``False``).
+        ``session_settings``: the SDK's settings (``limit``: the default of ``get_items``).
     """
 
     #: Events appended per request (the API's batch limit); a longer ``add_items`` is sent
@@ -98,8 +99,14 @@ class CtxAdminSession:
         self._names: dict[str, str] = {}
         self._last_timestamp = 0.0
 
-    async def close(self) -> None:
-        """Close the client if this session made it."""
+    def close(self) -> None:
+        """Close the client if this session made it; synchronous, as the SDK's sessions
+        close (each event loop's connections are closed on that loop)."""
+        if self._owns_client:
+            self.client.close()
+
+    async def aclose(self) -> None:
+        """As :meth:`close`, the running loop's connections closed before it returns."""
         if self._owns_client:
             await self.client.aclose()
 
@@ -107,7 +114,7 @@ class CtxAdminSession:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self.aclose()
 
     # ------------------------------------------------------------------ reads
 
