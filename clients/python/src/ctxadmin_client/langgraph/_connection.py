@@ -15,20 +15,24 @@ class Connection:
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        app: str,
+        app: str | None = None,
         client: Client | None = None,
         async_client: AsyncClient | None = None,
         **client_options: Any,
     ) -> None:
-        if not app:
-            raise TypeError("app: the ctxadmin app to keep LangGraph's data in is required")
         given = client is not None or async_client is not None
         if given and (base_url is not None or api_key is not None or client_options):
             raise TypeError("pass either clients or base_url/api_key/options, not both")
-        self.app = app
         self._base_url, self._api_key, self._options = base_url, api_key, client_options
         self._client, self._async_client = client, async_client
         self._owns_client = self._owns_async = not given
+        if app is None:
+            if self._client is None and not self._owns_client:
+                raise TypeError("app: name the ctxadmin app when giving an AsyncClient only")
+            app = self.client.whoami()["app"]  # the key's own app, asked once
+        if not app:
+            raise TypeError("app: the ctxadmin app to keep LangGraph's data in")
+        self.app = app
 
     @property
     def client(self) -> Client:

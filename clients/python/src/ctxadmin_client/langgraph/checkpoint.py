@@ -66,16 +66,17 @@ def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableC
 
 
 class CtxAdminSaver(Holding, BaseCheckpointSaver[str]):
-    """LangGraph checkpoints kept in ctxadmin app ``app`` (an API key with the ``sessions``
-    scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/``CTXADMIN_API_KEY``) make
-    the clients, or pass ready ones as ``client`` (sync) and ``async_client``."""
+    """LangGraph checkpoints kept in ctxadmin app ``app`` (default: the API key's own app,
+    asked once; a key with the ``sessions`` scope). ``base_url``/``api_key`` (default
+    ``CTXADMIN_URL``/``CTXADMIN_API_KEY``) make the clients, or pass ready ones as
+    ``client`` (sync) and ``async_client``."""
 
     def __init__(
         self,
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        app: str,
+        app: str | None = None,
         client: Client | None = None,
         async_client: AsyncClient | None = None,
         serde: SerializerProtocol | None = None,
@@ -90,7 +91,7 @@ class CtxAdminSaver(Holding, BaseCheckpointSaver[str]):
             async_client=async_client,
             **client_options,
         )
-        self.app = app
+        self.app = self._connection.app
 
     # ------------------------------------------------------------------ the wire
     def _put_request(

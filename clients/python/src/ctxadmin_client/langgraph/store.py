@@ -173,10 +173,11 @@ def _check(op: Op) -> None:
 
 
 class CtxAdminStore(Holding, BaseStore):
-    """LangGraph's long-term memory store kept in ctxadmin app ``app`` (an API key with the
-    ``memory`` scope). ``base_url``/``api_key`` (default ``CTXADMIN_URL``/
-    ``CTXADMIN_API_KEY``) make the clients, or pass ready ones as ``client`` (sync) and
-    ``async_client``. ``search_mode``: ``hybrid`` (default), ``lexical`` or ``vector``.
+    """LangGraph's long-term memory store kept in ctxadmin app ``app`` (default: the API key's
+    own app, asked once; a key with the ``memory`` scope). ``base_url``/``api_key``
+    (default ``CTXADMIN_URL``/``CTXADMIN_API_KEY``) make the clients, or pass ready ones as
+    ``client`` (sync) and ``async_client``. ``search_mode``: ``hybrid`` (default),
+    ``lexical`` or ``vector``.
     ``ttl``: LangGraph's ``TTLConfig`` (``default_ttl`` in minutes, ``refresh_on_read``; the
     server purges expired items, so ``sweep_interval_minutes`` is not used)."""
 
@@ -187,7 +188,7 @@ class CtxAdminStore(Holding, BaseStore):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        app: str,
+        app: str | None = None,
         client: Client | None = None,
         async_client: AsyncClient | None = None,
         search_mode: str | None = None,
@@ -202,7 +203,7 @@ class CtxAdminStore(Holding, BaseStore):
             async_client=async_client,
             **client_options,
         )
-        self.app = app
+        self.app = self._connection.app
         self.search_mode = search_mode
         self.ttl_config = ttl
 

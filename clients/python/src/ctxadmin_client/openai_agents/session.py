@@ -46,14 +46,15 @@ def _enough(entries: list[_items.Entry], newest: int) -> bool:
 
 class CtxAdminSession:
     """An OpenAI Agents SDK session stored in ctxadmin (the SDK's ``Session`` protocol, and
-        its ``OpenAIResponsesCompactionAwareSession``).
+    its ``OpenAIResponsesCompactionAwareSession``).
 
-        ``CtxAdminSession(session_id, app=..., user_id=..., base_url=..., api_key=...)``, or
-        ``client=`` a ready ``ctxadmin_client.AsyncClient`` (left open by :meth:`close`). It works
-    on any event loop and in any thread (``Runner.run``, ``run_streamed`` and ``run_sync``).
-        ``compacted_history``: reads answer ctxadmin's compaction summaries in place of the
-        items they cover (the default), or every stored item (``False``).
-        ``session_settings``: the SDK's settings (``limit``: the default of ``get_items``).
+    ``CtxAdminSession(session_id, user_id=..., app=..., base_url=..., api_key=...)``, or
+    ``client=`` a ready ``ctxadmin_client.AsyncClient`` (left open by :meth:`close`);
+    ``app`` defaults to the API key's own app (asked once). It works on any event loop and
+    in any thread (``Runner.run``, ``run_streamed`` and ``run_sync``).
+    ``compacted_history``: reads answer ctxadmin's compaction summaries in place of the
+    items they cover (the default), or every stored item (``False``).
+    ``session_settings``: the SDK's settings (``limit``: the default of ``get_items``).
     """
 
     #: Events appended per request (the API's batch limit); a longer ``add_items`` is sent
@@ -71,8 +72,8 @@ class CtxAdminSession:
         self,
         session_id: str,
         *,
-        app: str,
         user_id: str,
+        app: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
         client: AsyncClient | None = None,
@@ -118,12 +119,14 @@ class CtxAdminSession:
 
     # ------------------------------------------------------------------ reads
 
-    def _where(self) -> tuple[str, str, str]:
+    async def _where(self) -> tuple[str, str, str]:
+        if self.app is None:  # the key's own app, asked once
+            self.app = (await self.client.whoami())["app"]
         return self.app, self.user_id, self.session_id
 
     async def _all_events(self) -> list[dict]:
         filters = {} if not self.compacted_history else {"include_hidden": "false"}
-        listed = self.client.list_events(*self._where(), limit=self.page_size, **filters)
+        listed = self.client.list_events(*(await self._where()), limit=self.page_size, **filters)
         return [event async for event in listed]
 
     async def _read(self, newest: int | None) -> tuple[list[_items.Entry], int | None]:
@@ -134,7 +137,7 @@ class CtxAdminSession:
         while True:
             try:
                 doc = await self.client.get_session(
-                    *self._where(),
+                    *(await self._where()),
                     num_recent_events=window,
                     include_hidden=hidden,
                 )
@@ -186,16 +189,16 @@ class CtxAdminSession:
     async def _append(self, events: list[dict], expected_revision: int | None = None) -> dict:
         try:
             return await self.client.append_events(
-                *self._where(), events, expected_revision=expected_revision
+                *(await self._where()), events, expected_revision=expected_revision
             )
         except errors.NotFoundError:
             if expected_revision is not None:
                 raise
         try:
-            await self.client.create_session(*self._where()[:2], session_id=self.session_id)
+            await self.client.create_session(*(await self._where())[:2], session_id=self.session_id)
         except errors.SessionExistsError:
             pass
-        return await self.client.append_events(*self._where(), events)
+        return await self.client.append_events(*(await self._where()), events)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, in order (each batch of ``batch_size`` all or nothing)."""
@@ -222,7 +225,7 @@ class CtxAdminSession:
             rewind = _items.pop_event(newest.invocation_id or newest.event_id, self._timestamp())
             try:
                 await self.client.append_events(
-                    *self._where(), [rewind], expected_revision=revision
+                    *(await self._where()), [rewind], expected_revision=revision
                 )
             except errors.StaleSessionError as error:
                 lost = error  # another writer came first: read again
@@ -236,7 +239,7 @@ class CtxAdminSession:
     async def clear_session(self) -> None:
         """Delete the session and everything it holds."""
         try:
-            await self.client.delete_session(*self._where())
+            await self.client.delete_session(*(await self._where()))
         except errors.NotFoundError:
             pass
         self._names = {}
@@ -254,7 +257,7 @@ class CtxAdminSession:
         if args is not None and not args.get("force"):
             return
         try:
-            await self.client.request_compaction(*self._where())
+            await self.client.request_compaction(*(await self._where()))
         except errors.NotFoundError:
             return
         except errors.CtxAdminError as error:
