@@ -14,11 +14,9 @@ import base64
 import json
 import random
 import string
-from datetime import UTC, datetime
 
-from bench.machine import machine
 from bench.secret_bench import ROUNDS, best_seconds
-from bench.sections import REPORT, splice
+from bench.sections import run_in_process
 from bench.workload import conversation
 from ctxadmin.credentials import looks_like_secret, redact_secret_text
 
@@ -137,14 +135,4 @@ a PEM block, a Discord webhook).
 
 
 def run_section(command: str = ".venv/bin/python -m bench --only redaction") -> dict:
-    results = measure()
-    box = machine()
-    stamp = (
-        f"Recorded by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({box['cpu']}, "
-        f"{box['cores']} cores, {box['memory_gib']} GiB, Python {box['python']}; in process, "
-        "no service)."
-    )
-    section = report(results, stamp)
-    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
-    print(section)
-    return results
+    return run_in_process(command, SECTION, measure, report)

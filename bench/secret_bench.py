@@ -24,8 +24,7 @@ from functools import lru_cache
 
 import django
 
-from bench.machine import machine
-from bench.sections import REPORT, splice
+from bench.sections import run_in_process
 from bench.workload import conversation
 from ctxadmin import credentials, pruning
 from ctxadmin.pruning import is_secret_key, looks_like_secret, prune_secrets, redact_secret_text
@@ -374,17 +373,7 @@ would make a backtracking pattern quadratic), detection and redaction, take at m
 
 
 def run_section(command: str = ".venv/bin/python -m bench.secret_bench") -> dict:
-    results = measure()
-    box = machine()
-    stamp = (
-        f"Recorded by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({box['cpu']}, "
-        f"{box['cores']} cores, {box['memory_gib']} GiB, Python {box['python']}; in process, "
-        "no service)."
-    )
-    section = report(results, stamp)
-    REPORT.write_text(splice(REPORT.read_text(), section, SECTION))
-    print(section)
-    return results
+    return run_in_process(command, SECTION, measure, report)
 
 
 if __name__ == "__main__":
