@@ -5,16 +5,14 @@ user and revokes those one key minted."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 
 from ctxadmin.models import ApiKey
 from ctxadmin.services import create_api_key, revoke_api_keys
 from sessions_app import user_tokens
 from sessions_app.models import ToolToken
+from tests.concurrency_helpers import waits_for_the_holder
 from tests.conftest import make_tenant
 from tests.ctxadmin.test_api_base import assert_envelope
 from tests.sessions_app.test_tool_tokens import _as, _call
@@ -120,38 +118,11 @@ def test_tokens_end_with_the_key_that_minted_them(acme, how):
 
 def test_a_mint_in_flight_when_its_key_is_revoked_is_ended_with_it(acme):
     row, _raw = _key(acme, "delegate", "memory")
-    minted, release = threading.Event(), threading.Event()
-    results: dict[str, object] = {}
-
-    def minter():
-        try:
-            with transaction.atomic():
-                results["token"] = user_tokens.mint(
-                    acme.app, "alice", {"capabilities": ["memory_search"]}, row
-                )
-                minted.set()
-                assert release.wait(10)
-        finally:
-            connections.close_all()
-
-    def revoker():
-        try:
-            results["revoked"] = revoke_api_keys(ApiKey.objects.filter(pk=row.pk))
-        finally:
-            connections.close_all()
-
-    minting = threading.Thread(target=minter)
-    minting.start()
-    assert minted.wait(10)
-    revoking = threading.Thread(target=revoker)
-    revoking.start()
-    time.sleep(0.5)
-    assert revoking.is_alive()  # waiting for the mint to commit
-    release.set()
-    minting.join(10)
-    revoking.join(10)
-    assert results["revoked"] == 1
-    token, _raw = results["token"]
+    (token, _raw), revoked = waits_for_the_holder(
+        lambda: user_tokens.mint(acme.app, "alice", {"capabilities": ["memory_search"]}, row),
+        lambda: revoke_api_keys(ApiKey.objects.filter(pk=row.pk)),
+    )
+    assert revoked == 1
     assert ToolToken.objects.get(pk=token.pk).revoked_reason == "minter_revoked"
     # A mint that starts after the revocation is refused, though its key authenticated.
     with transaction.atomic(), pytest.raises(Exception) as refused:

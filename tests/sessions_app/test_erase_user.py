@@ -6,17 +6,15 @@ those already in flight when the erasure starts commit first and are erased with
 from __future__ import annotations
 
 import base64
-import threading
-import time
 
 import pytest
-from django.db import connections, transaction
 
 from memory import erasure
 from sessions_app import services, user_tokens
 from sessions_app.artifacts import services as artifacts
 from sessions_app.artifacts.models import ArtifactHead
 from sessions_app.models import ToolToken, UserState
+from tests.concurrency_helpers import waits_for_the_holder
 from tests.conftest import make_tenant
 from tests.ctxadmin.test_api_base import assert_envelope
 from tests.sessions_app.test_tool_tokens import _as, _call, _mint
@@ -139,35 +137,10 @@ def test_a_write_in_flight_when_the_erasure_starts_does_not_survive_it(write, co
     acme = make_tenant("acme")
     key = acme.app.api_keys.get()
     services.create_session(acme.app, "alice", "s0", {})
-    wrote, release = threading.Event(), threading.Event()
-    results: dict[str, object] = {}
-
-    def writer():
-        try:
-            with transaction.atomic():
-                write(acme, key)
-                wrote.set()
-                assert release.wait(10)
-        finally:
-            connections.close_all()
-
-    def eraser():
-        try:
-            results["receipt"] = erasure.erase_user(acme.app, "alice", "test")
-        finally:
-            connections.close_all()
-
-    writing = threading.Thread(target=writer)
-    writing.start()
-    assert wrote.wait(10)
-    erasing = threading.Thread(target=eraser)
-    erasing.start()
-    time.sleep(0.5)
-    assert erasing.is_alive()  # waiting for the write in flight
-    release.set()
-    writing.join(10)
-    erasing.join(10)
-    assert results["receipt"]["counts"][count] == 1
+    _written, receipt = waits_for_the_holder(
+        lambda: write(acme, key), lambda: erasure.erase_user(acme.app, "alice", "test")
+    )
+    assert receipt["counts"][count] == 1
     assert not UserState.objects.filter(user_id="alice").exists()
     assert not ArtifactHead.objects.filter(user_id="alice", session__isnull=True).exists()
     assert not ToolToken.objects.filter(user_id="alice", revoked_at__isnull=True).exists()
