@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
+# The scopes of the key make run's first start prints: every one.
+FIRST_START_SCOPES = ("sessions", "memory", "cache", "diagnostics", "admin", "delegate")
 MARKER = re.compile(r"<!-- snippet(?::\s*(?P<note>.*?))?\s*-->")
 FENCE = re.compile(r"```(?P<language>\w+)$")
 

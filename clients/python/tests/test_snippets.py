@@ -15,14 +15,10 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from readme_snippets import ROOT, Snippet, fences, localize, snippets
+from readme_snippets import FIRST_START_SCOPES, ROOT, Snippet, fences, localize, snippets
 
 pytestmark = pytest.mark.e2e
 
@@ -32,8 +28,6 @@ SNIPPETS_DIR = TYPESCRIPT / "dist" / "snippets"
 # Node's `process` as @types/node declares what the snippets read of it (the package itself
 # has no dependency on @types/node).
 NODE_GLOBALS = "declare const process: { env: Record<string, string | undefined> };\n"
-# The first start's key has every scope, `delegate` too.
-EVERY_SCOPE = ("sessions", "memory", "cache", "diagnostics", "admin", "delegate")
 
 
 def test_every_fenced_block_is_marked():
@@ -44,80 +38,6 @@ def test_every_fenced_block_is_marked():
         if note is None
     ]
     assert not unmarked, f"fenced blocks with no <!-- snippet --> marker: {unmarked}"
-
-
-# ---------------------------------------------------------------- a Responses API server
-
-
-class ResponsesServer(ThreadingHTTPServer):
-    """Answers ``POST /v1/responses`` as OpenAI does, with a message naming the turn, and
-    records each request's input."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), ResponsesHandler)
-        self.inputs: list = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class ResponsesHandler(BaseHTTPRequestHandler):
-    server: ResponsesServer
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.inputs.append(request["input"])
-        turn = len(self.server.inputs)
-        answer = {
-            "id": f"resp_{turn}",
-            "object": "response",
-            "created_at": int(time.time()),
-            "model": request["model"],
-            "status": "completed",
-            "output": [
-                {
-                    "type": "message",
-                    "id": f"msg_{turn}",
-                    "role": "assistant",
-                    "status": "completed",
-                    "content": [
-                        {"type": "output_text", "text": f"Answer {turn}.", "annotations": []}
-                    ],
-                }
-            ],
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-            "usage": {
-                "input_tokens": 1,
-                "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens": 1,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": 2,
-            },
-        }
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-@pytest.fixture
-def responses_server() -> Iterator[ResponsesServer]:
-    server = ResponsesServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 # ---------------------------------------------------------------- one reader's shell
@@ -261,7 +181,7 @@ def shell(tmp_path, responses_server) -> Shell:
 
 
 def test_the_readme_snippets_run_in_order(make_app, shell, responses_server):
-    app = make_app(scopes=EVERY_SCOPE)
+    app = make_app(scopes=FIRST_START_SCOPES)
     readme = _runnable(snippets("README.md"))
     for snippet in readme:
         shell.run(snippet, app.base_url, app.key, app.name)
@@ -278,7 +198,7 @@ def test_the_readme_snippets_run_in_order(make_app, shell, responses_server):
 
 
 def test_the_mcp_snippets_run_in_order_after_the_quickstart(make_app, shell):
-    app = make_app(scopes=EVERY_SCOPE)
+    app = make_app(scopes=FIRST_START_SCOPES)
     for snippet in _runnable(_quickstart(snippets("README.md")) + snippets("docs/mcp.md")):
         shell.run(snippet, app.base_url, app.key, app.name)
     printed = [output for snippet, output in shell.outputs if snippet.source == "docs/mcp.md"]
@@ -292,7 +212,7 @@ def test_the_mcp_snippets_run_in_order_after_the_quickstart(make_app, shell):
 
 
 def test_the_typescript_readme_snippets_compile_and_run(make_app, shell):
-    app = make_app(scopes=EVERY_SCOPE)
+    app = make_app(scopes=FIRST_START_SCOPES)
     build = next(snippet for snippet in snippets("README.md") if "npm run build" in snippet.code)
     shell.run(build, app.base_url, app.key, app.name)
     shell.env.update(CTXADMIN_URL=app.base_url, CTXADMIN_API_KEY=app.key)
