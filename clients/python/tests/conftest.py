@@ -214,3 +214,78 @@ def scripted_server() -> Iterator[Scripted]:
     yield scripted
     scripted.shutdown()
     scripted.server_close()
+
+
+# ---------------------------------------------------------------- a Responses API server
+
+
+class ResponsesServer(ThreadingHTTPServer):
+    """Answers ``POST /v1/responses`` as OpenAI does, with a message naming the turn, and
+    records each request's input: the model of the documented snippets whose agent calls
+    OpenAI (``OPENAI_BASE_URL`` set to ``url``)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), ResponsesHandler)
+        self.inputs: list = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class ResponsesHandler(BaseHTTPRequestHandler):
+    server: ResponsesServer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.inputs.append(request["input"])
+        turn = len(self.server.inputs)
+        answer = {
+            "id": f"resp_{turn}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": request["model"],
+            "status": "completed",
+            "output": [
+                {
+                    "type": "message",
+                    "id": f"msg_{turn}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [
+                        {"type": "output_text", "text": f"Answer {turn}.", "annotations": []}
+                    ],
+                }
+            ],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": 1,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 1,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 2,
+            },
+        }
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def responses_server() -> Iterator[ResponsesServer]:
+    server = ResponsesServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()

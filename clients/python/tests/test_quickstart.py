@@ -1,38 +1,36 @@
 """The README's quickstart, run against a live stack: the curl block exactly as printed (its
-KEY and CTX set as the README's first block sets them, for an app of this stack), then the
-Python client's lines (with this stack's address and app in place of make run's)."""
+CTXADMIN_API_KEY and CTX set as the README's first block sets them, for an app of this stack),
+then the Python client's lines (with this stack's address and app in place of make run's).
+test_snippets.py runs these with every other snippet; this checks their answers."""
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from readme_snippets import localize, snippets
 
 pytestmark = pytest.mark.e2e
 
-README = Path(__file__).resolve().parents[3] / "README.md"
 
-
-def _block(pattern: str) -> str:
-    found = re.search(pattern, README.read_text(encoding="utf-8"), re.S)
-    assert found, f"the README has no block matching {pattern!r}"
-    return found.group(1)
+def _block(note: str) -> str:
+    found = [snippet.code for snippet in snippets("README.md") if snippet.note.startswith(note)]
+    assert found, f"the README has no snippet marked {note!r}"
+    return found[0]
 
 
 def test_the_curl_quickstart_works_as_printed(make_app):
     if shutil.which("curl") is None:
         pytest.skip("needs curl")
     app = make_app()
-    script = _block(r"<!-- quickstart:[^\n]*-->\n```sh\n(.*?)```\n<!-- /quickstart -->")
+    script = _block("the quickstart")
     done = subprocess.run(
         ["bash", "-e", "-c", script],
         env={
             "PATH": "/usr/bin:/bin",
-            "KEY": app.key,
+            "CTXADMIN_API_KEY": app.key,
             "CTX": f"{app.base_url}/api/v1/apps/{app.name}",
         },
         capture_output=True,
@@ -54,10 +52,13 @@ def test_the_curl_quickstart_works_as_printed(make_app):
     assert invocation["context"]["memory_hits"] == 1, invocation["context"]
 
 
-def test_the_python_quickstart_works(make_app):
+def test_the_python_quickstart_works(make_app, monkeypatch):
     app = make_app()
-    code = _block(r"The same with the Python client.*?```python\n(.*?)```")
-    code = code.replace("http://127.0.0.1:8000", app.base_url).replace('"demo"', repr(app.name))
+    quickstart = snippets("README.md")
+    python = next(snippet for snippet in quickstart if snippet.language == "python")
+    code = localize(python.code, app.base_url, app.key, app.name)
+    monkeypatch.setenv("CTXADMIN_URL", app.base_url)
+    monkeypatch.setenv("CTXADMIN_API_KEY", app.key)
     printed = []
-    exec(code, {"KEY": app.key, "print": printed.append})  # noqa: S102 - the README's own lines
+    exec(code, {"print": printed.append})  # noqa: S102 - the README's own lines
     assert printed and printed[0][0]["content"] == "Alice prefers window seats"

@@ -39,7 +39,7 @@ def test_the_typescript_client_passes_its_tests_against_the_stack(make_app):
     app = make_app()
     env = {
         **os.environ,
-        "CTXADMIN_BASE_URL": app.base_url,
+        "CTXADMIN_URL": app.base_url,
         "CTXADMIN_API_KEY": app.key,
         "CTXADMIN_APP": app.name,
         "NO_COLOR": "1",

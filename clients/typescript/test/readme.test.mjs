@@ -22,7 +22,7 @@ test("the README's TypeScript quickstart works", () => {
   writeFileSync(script, code);
   try {
     const printed = execFileSync(process.execPath, [script], {
-      env: { ...process.env, KEY: apiKey },
+      env: { ...process.env, CTXADMIN_API_KEY: apiKey },
       encoding: "utf8",
       timeout: 60_000,
     });

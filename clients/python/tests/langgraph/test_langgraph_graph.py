@@ -143,7 +143,7 @@ async def test_the_async_path_runs_and_resumes(app):
 README = Path(__file__).resolve().parents[4] / "README.md"
 
 
-def test_the_readme_quickstart_works(make_app):
+def test_the_readme_quickstart_works(make_app, monkeypatch):
     """The README's LangGraph block, with this stack's address, key and app in place."""
     found = re.search(r"### LangGraph.*?```python\n(.*?)```", README.read_text("utf-8"), re.S)
     assert found, "the README has no LangGraph quickstart"
@@ -154,6 +154,8 @@ def test_the_readme_quickstart_works(make_app):
         .replace('"ctx_..."', repr(app.key))
         .replace('"demo"', repr(app.name))
     )
+    monkeypatch.setenv("CTXADMIN_URL", app.base_url)
+    monkeypatch.setenv("CTXADMIN_API_KEY", app.key)
     printed: list = []
     # A module of its own: LangGraph reads the state's type hints from the class's module.
     module = types.ModuleType("langgraph_readme_quickstart")
