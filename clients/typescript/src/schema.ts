@@ -2008,7 +2008,7 @@ export interface components {
              * @description With an `idempotency_key`: the entry holding the key (live or expired) takes this write's content, metadata and terms in place, in one statement (200; 201 when none held it); concurrent replaces of one key leave one entry. 409 `legal_hold` or `memory_retained` as erasing it would be.
              * @default false
              */
-            replace: boolean;
+            replace?: boolean;
         };
         MemoryTouch: {
             ids: string[];
