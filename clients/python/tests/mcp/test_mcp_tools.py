@@ -326,7 +326,16 @@ def test_minting_needs_the_admin_or_delegate_scope_and_a_token_cannot_mint(make_
         headers={"Authorization": f"Bearer {app.key}"},
     )
     assert answer.status_code == 403
-    admin = make_app(scopes=("admin",))
+    admin_only = make_app(scopes=("admin",))
+    beyond = httpx.post(
+        f"{admin_only.base_url}/api/v1/apps/{admin_only.name}/users/alice/tokens",
+        json={"capabilities": ["memory_search"]},
+        headers={"Authorization": f"Bearer {admin_only.key}"},
+    )
+    # A token carries no capability its minting key's scopes do not cover.
+    assert beyond.status_code == 403
+    assert beyond.json()["error"]["code"] == "capability_beyond_minter"
+    admin = make_app(scopes=("admin", "memory"))
     admin_url = f"{admin.base_url}/api/v1/apps/{admin.name}/users/alice/tokens"
     minted = httpx.post(
         admin_url,
