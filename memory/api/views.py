@@ -135,6 +135,48 @@ class MemoryDetailView(MemoryScopedView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class MemoryBatchView(MemoryScopedView):
+    tool_capabilities = {"POST": "memory_add"}
+
+    @extend_schema(
+        operation_id="memories_add_batch",
+        description=f"Add 1 to {inputs.MAX_BATCH_MEMORIES} memories in one transaction, each "
+        "as `POST .../memories` adds one (its checks, `idempotency_key`, `replace`, "
+        "`ttl_seconds`, the app's memory policy): all of them land or none does. A refusal "
+        "is the first add's error, naming it (`memories.<i>.<field>`, `details.index`). "
+        "200 with each add's entry and whether it was created, in the request's order.",
+        request={JSON: ref("MemoryBatch")},
+        responses={200: ref("MemoryBatchResult")},
+    )
+    def post(self, request, app, user):
+        news = entries.parse_new_memories(request.data)
+        added = entries.add_memories(self.tenant, user, news)
+        return Response(
+            {"memories": [{"memory": entry, "created": created} for entry, created in added]}
+        )
+
+
+class MemoryUsersCursor(Cursor):
+    ordering = "user_id"
+
+
+class MemoryUsersView(MemoryScopedView):
+    """The app's users that hold memories, by user id."""
+
+    pagination_class = MemoryUsersCursor
+    allowed_query_params = PAGINATION_QUERY_PARAMS
+
+    @extend_schema(
+        operation_id="memory_users_list",
+        description="The ids of the app's users whose memory holds entries (an expired "
+        "entry counts until it is purged), in id order, by cursor.",
+        responses={200: ref("MemoryUserPage")},
+    )
+    def get(self, request, app):
+        page = self.paginate_queryset(entries.memory_users(self.tenant))
+        return self.get_paginated_response([{"user_id": row.user_id} for row in page])
+
+
 class MemoryTouchView(MemoryScopedView):
     tool_capabilities = {"POST": "memory_search"}
 
