@@ -55,7 +55,8 @@ call (none when none has). An expired item is gone for every read at once; the s
 purge deletes it later. Without a ``ttl`` the app's policy (``default_ttl_seconds``) applies.
 
 ``batch`` speaks through a ``Client``, ``abatch`` through an ``AsyncClient``: each operation
-is written once, as the requests it makes, and each of the two runs them.
+is written once, as the requests it makes, and each of the two runs them (``abatch`` its
+reads concurrently, then its writes, within the ``AsyncClient``'s ``max_in_flight``).
 """
 
 from __future__ import annotations
