@@ -56,7 +56,8 @@ purge deletes it later. Without a ``ttl`` the app's policy (``default_ttl_second
 
 ``batch`` speaks through a ``Client``, ``abatch`` through an ``AsyncClient``: each operation
 is written once, as the requests it makes, and each of the two runs them (``abatch`` its
-reads concurrently, then its writes, within the ``AsyncClient``'s ``max_in_flight``).
+reads concurrently, then its writes, several users' concurrently and each user's in turn,
+within the ``AsyncClient``'s ``max_in_flight``).
 """
 
 from __future__ import annotations
@@ -276,11 +277,11 @@ class CtxAdminStore(Holding, BaseStore):
         return first if USER_ID.match(first) else self.default_user
 
     # ------------------------------------------------------------------ batches
-    def _plans(self, ops: Iterable[Op]) -> tuple[list[Plan | None], list[Plan]]:
-        """A plan per read (None for a put), and the puts' plans, to run after the reads: as
-        in LangGraph's in-memory store, a batch's reads see the store before its puts, and
-        the last put of a namespace and key wins. A user's puts of values travel together,
-        up to ``BATCH_SIZE`` a request."""
+    def _plans(self, ops: Iterable[Op]) -> tuple[list[Plan | None], dict[str, list[Plan]]]:
+        """A plan per read (None for a put), and the puts' plans by user, to run after the
+        reads: as in LangGraph's in-memory store, a batch's reads see the store before its
+        puts, and the last put of a namespace and key wins. A user's puts of values travel
+        together, up to ``BATCH_SIZE`` a request."""
         reads: list[Plan | None] = []
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         ops = list(ops)
@@ -297,32 +298,43 @@ class CtxAdminStore(Holding, BaseStore):
                 reads.append(None)
                 puts.pop((op.namespace, op.key), None)
                 puts[(op.namespace, op.key)] = op
-        writes: list[Plan] = []
+        writes: dict[str, list[Plan]] = {}
         added: dict[str, list[dict[str, Any]]] = {}
         for op in puts.values():
+            user = self.user_of(op.namespace) if op.namespace else self.default_user
             if op.value is None:
-                writes.append(self._delete(op))
+                writes.setdefault(user, []).append(self._delete(op))
             else:
-                added.setdefault(self.user_of(op.namespace), []).append(self._memory(op))
+                added.setdefault(user, []).append(self._memory(op))
         for user, memories in added.items():
             for start in range(0, len(memories), BATCH_SIZE):
-                writes.append(self._add(user, memories[start : start + BATCH_SIZE]))
+                writes.setdefault(user, []).append(
+                    self._add(user, memories[start : start + BATCH_SIZE])
+                )
         return reads, writes
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         reads, writes = self._plans(ops)
         results = [None if plan is None else self._run(plan) for plan in reads]
-        for plan in writes:
-            self._run(plan)
+        for plans in writes.values():
+            for plan in plans:
+                self._run(plan)
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         reads, writes = self._plans(ops)
-        # The reads together, then the writes together: the client bounds the requests in
-        # flight (``AsyncClient(max_in_flight=...)``).
+        # The reads together, then the users' writes together, each user's one after
+        # another (the server orders a user's writes anyway: they share the scope's
+        # statistics row), within the client's bound on requests in flight
+        # (``AsyncClient(max_in_flight=...)``).
         results = await asyncio.gather(*(self._arun(plan) for plan in reads if plan is not None))
         answers = iter(results)
-        await asyncio.gather(*(self._arun(plan) for plan in writes))
+
+        async def in_turn(plans: list[Plan]) -> None:
+            for plan in plans:
+                await self._arun(plan)
+
+        await asyncio.gather(*(in_turn(plans) for plans in writes.values()))
         return [None if plan is None else next(answers) for plan in reads]
 
     # ------------------------------------------------------------------ the two runners
@@ -383,10 +395,11 @@ class CtxAdminStore(Holding, BaseStore):
             return done.value
 
     # ------------------------------------------------------------------ where items are
-    def _users(self, prefix: tuple[str, ...]) -> Plan:
+    def _users(self, prefix: tuple[str, ...], *, exact: bool = False) -> Plan:
         """The users whose memory may hold items under ``prefix``: its first label's, or
-        every user that holds memories when it names none (empty, or ``*``)."""
-        if prefix and prefix[0] != "*":
+        every user that holds memories when it names none (empty, or ``*`` unless
+        ``exact``: there, as in a put, ``*`` is a label like any other)."""
+        if prefix and (exact or prefix[0] != "*"):
             return [self.user_of(prefix)]
         return (yield _Users())
 
@@ -398,7 +411,7 @@ class CtxAdminStore(Holding, BaseStore):
         memory, which holds many first labels, it is a condition too."""
         found: dict[str, Any] = {KEY: {"$exists": True}}
         for position, label in enumerate(prefix[:SERVER_LABELS]):
-            if label == "*" or (position == 0 and label == user):
+            if (label == "*" and not exact) or (position == 0 and label == user):
                 continue
             found[_label_key(position)] = label
         if exact:
@@ -413,17 +426,18 @@ class CtxAdminStore(Holding, BaseStore):
         *,
         exact: bool = False,
     ) -> Plan:
-        """``[(user, entry)]``: the memories of the items under ``prefix`` (``*`` any label;
-        or exactly in it), each user's newest first, as far as ``keep`` and ``enough`` say."""
+        """``[(user, entry)]``: the memories of the items under ``prefix`` (``*`` any label),
+        or ``exact``-ly in it (``*`` itself), each user's newest first, as far as ``keep``
+        and ``enough`` say."""
 
         def under(entry: dict[str, Any]) -> bool:
             namespace = _namespace(entry)
-            if exact and len(namespace) != len(prefix):
-                return False
+            if exact:
+                return namespace == prefix and keep(entry)
             return _filters.namespace_matches(namespace, "prefix", prefix) and keep(entry)
 
         found = []
-        for user in (yield from self._users(prefix)):
+        for user in (yield from self._users(prefix, exact=exact)):
             scope = self._scope_filter(user, prefix, exact=exact)
             entries = yield _Scan(user, scope, under, enough)
             found.extend({"user": user, "entry": entry} for entry in entries)
