@@ -43,7 +43,9 @@ default); a value that looks like it carries a credential is refused (422
 ``sensitive_memory_content``); a namespace's labels and key within
 ``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Under a legal hold, or within the app's retention
 period, a put that would replace an item is refused (409 ``legal_hold``,
-``memory_retained``), as erasing it would be.
+``memory_retained``), as erasing it would be. A refusal of one put of a batch's request
+(up to 100 puts of one user) refuses the whole request: none of its puts lands; the
+batch's other requests (other users', earlier chunks) are not undone.
 
 **TTL.** ``supports_ttl`` is True: a put's ``ttl`` (minutes, or the store's ``TTLConfig``
 ``default_ttl``) becomes the memory's ``ttl_seconds`` (rounded up to whole seconds, at least
