@@ -11,7 +11,11 @@ the same ``index`` (ctxadmin's hashing embedder, 384 dimensions, the ``text`` fi
   bytes and whose step counter changes (the two new blobs travel), ``put_writes`` of two
   writes, ``get_tuple`` of the latest checkpoint, ``list`` of the thread's newest 10;
 * store: ``put`` of a ``{"text"}`` item, ``get``, ``search`` of a namespace with a value
-  filter, and ``search`` with a query (limit 10).
+  filter, and ``search`` with a query (limit 10);
+* concurrency: ``CONCURRENT`` ``aput``s of distinct items started at once
+  (``asyncio.gather``) and the same puts as one ``abatch``, wall seconds until all have
+  landed, beside LangGraph's ``InMemoryStore`` and ``AsyncPostgresStore`` (which gathers
+  concurrent calls into batches of its own).
 
 Each call is timed alone, ``REPS`` times after a warm-up; p50 milliseconds, and their ratio
 (ctxadmin / LangGraph's Postgres backend): the adapter's cost per call, HTTP and the
@@ -24,6 +28,7 @@ backends through the client" section of ``bench/BENCHMARKS.md``.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 import uuid
@@ -37,6 +42,8 @@ from memory.embedders import HashingEmbedder
 SECTION = "## LangGraph backends through the client"
 PEER_DB = "langgraph_client_bench"
 REPS = 100
+#: Puts started at once in the concurrency rows.
+CONCURRENT = 10_000
 DIMENSION = 384
 MESSAGE = "the agent checked the booking and the seat map for the return flight " * 4
 
@@ -109,6 +116,67 @@ def _store_workload(store) -> dict[str, float]:
     }
 
 
+def _concurrent_puts(store, *, batched: bool) -> dict[str, float]:
+    """Wall seconds of ``CONCURRENT`` puts of distinct items started at once (or as one
+    ``abatch``), and how many items are there afterwards."""
+    from langgraph.store.base import PutOp
+
+    user = f"bench-{uuid.uuid4().hex[:8]}"
+    space = (user, "burst")
+
+    async def run() -> float:
+        ops = [PutOp(space, f"k{i}", {"text": f"note {i}", "n": i}) for i in range(CONCURRENT)]
+        started = time.perf_counter()
+        if batched:
+            await store.abatch(ops)
+        else:
+            await asyncio.gather(*(store.aput(op.namespace, op.key, op.value) for op in ops))
+        seconds = time.perf_counter() - started
+        landed = await store.asearch(space, limit=CONCURRENT + 1)
+        assert len(landed) == CONCURRENT, len(landed)
+        return round(seconds, 2)
+
+    return {"seconds": asyncio.run(run())}
+
+
+def _concurrency(service, api, url: str, index: dict) -> dict[str, Any]:
+    from ctxadmin_client import AsyncClient
+    from ctxadmin_client.langgraph import CtxAdminStore
+    from langgraph.store.base import PutOp
+    from langgraph.store.memory import InMemoryStore
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    def ctxadmin(batched: bool) -> dict[str, float]:
+        client = AsyncClient(service.base_url, api.key)
+        try:
+            return _concurrent_puts(
+                CtxAdminStore(app=api.app, async_client=client), batched=batched
+            )
+        finally:
+            client.close()
+
+    async def postgres() -> float:
+        async with AsyncPostgresStore.from_conn_string(url, index=index) as store:
+            await store.setup()
+            user = f"bench-{uuid.uuid4().hex[:8]}"
+            ops = [
+                PutOp((user, "burst"), f"k{i}", {"text": f"note {i}"}) for i in range(CONCURRENT)
+            ]
+            started = time.perf_counter()
+            await asyncio.gather(*(store.aput(op.namespace, op.key, op.value) for op in ops))
+            seconds = time.perf_counter() - started
+            landed = await store.asearch((user, "burst"), limit=CONCURRENT + 1)
+            assert len(landed) == CONCURRENT, len(landed)
+            return round(seconds, 2)
+
+    return {
+        "ctxadmin_aput": ctxadmin(False)["seconds"],
+        "ctxadmin_abatch": ctxadmin(True)["seconds"],
+        "memory_aput": _concurrent_puts(InMemoryStore(), batched=False)["seconds"],
+        "postgres_aput": asyncio.run(postgres()),
+    }
+
+
 def measure(service) -> dict[str, Any]:
     """Run against a started bench service (its own app and key)."""
     # langgraph: the bench extra, imported only when this benchmark runs.
@@ -135,6 +203,7 @@ def measure(service) -> dict[str, Any]:
     with PostgresStore.from_conn_string(url, index=index) as peer_store:
         peer_store.setup()
         results["peer_store"] = _store_workload(peer_store)
+    results["concurrency"] = _concurrency(service, api, url, index)
     return results
 
 
@@ -174,6 +243,18 @@ LangGraph (above 1: the adapter costs more per call).
 | store call | CtxAdminStore | PostgresStore | ratio |
 | --- | --- | --- | --- |
 {_rows(results["store"], results["peer_store"], STORE_ROWS)}
+
+{CONCURRENT:,} `aput`s of distinct items started at once (`asyncio.gather`), wall seconds until
+every one has landed (each store then finds all {CONCURRENT:,}). `CtxAdminStore` keeps at most
+the `AsyncClient`'s `max_in_flight` (32) requests in flight; as one `abatch`, its puts travel
+100 to a request. `AsyncPostgresStore` gathers concurrent calls into batches of its own.
+
+| {CONCURRENT:,} concurrent puts | seconds |
+| --- | --- |
+| `CtxAdminStore`, `aput` each | {results["concurrency"]["ctxadmin_aput"]} |
+| `CtxAdminStore`, one `abatch` | {results["concurrency"]["ctxadmin_abatch"]} |
+| `InMemoryStore`, `aput` each | {results["concurrency"]["memory_aput"]} |
+| `AsyncPostgresStore`, `aput` each | {results["concurrency"]["postgres_aput"]} |
 """
 
 

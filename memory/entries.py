@@ -23,16 +23,18 @@ from ctxadmin.wake import wake
 from memory import embedders, governance
 from memory.inputs import (
     ADD_KEYS,
+    BATCH_KEYS,
     EMBED_MODES,
     ID,
     KEY,
+    MAX_BATCH_MEMORIES,
     PROVENANCE_KEYS,
     NewMemory,
     parse_epoch,
     parse_ttl_seconds,
     redact_metadata,
 )
-from memory.models import MemoryEntry
+from memory.models import MemoryEntry, ScopeStats
 from memory.scope import check_epoch, lock_scope
 from memory.vectors import embed_one, embedder_is_local, vector_text
 from sessions_app.selectors import EventError, decode, parse_timestamp
@@ -264,9 +266,68 @@ _REPLACE = """
 def add_memory(
     app: App, user_id: str, new: NewMemory, epoch: int | None = None
 ) -> tuple[dict, bool]:
-    """(the entry, created). The same idempotency key with the same content is the same
-    entry; with other content, 409 ``idempotency_conflict``. Concurrent adds with one key
-    make one entry (the unique index decides).
+    """(the entry, created); see ``_add``."""
+    entry, created, pending = _add(app, user_id, new, epoch)
+    if pending:
+        wake("memory.embed_pending")
+    return entry, created
+
+
+def parse_new_memories(body: Any) -> list[NewMemory]:
+    """``{"memories": [...]}``: 1 to ``MAX_BATCH_MEMORIES`` adds, each checked as one add
+    is; a refusal names the add (``memories.<i>.<field>``, ``details.index``)."""
+    strict_object(body, BATCH_KEYS)
+    items = body.get("memories")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_MEMORIES:
+        raise invalid("memories", f"must be a list of 1 to {MAX_BATCH_MEMORIES} memories")
+    parsed = []
+    for index, item in enumerate(items):
+        try:
+            parsed.append(parse_new_memory(item))
+        except ServiceError as exc:
+            raise _in_batch(exc, index) from None
+    return parsed
+
+
+def _in_batch(exc: ServiceError, index: int) -> ServiceError:
+    details = {**exc.details, "index": index}
+    message = exc.message
+    if "field" in details:
+        details["field"] = f"memories.{index}.{details['field']}"
+        message = f"memories.{index}.{message}"
+    return ServiceError(
+        exc.code, message, status_code=exc.status_code, details=details, headers=exc.headers
+    )
+
+
+def add_memories(app: App, user_id: str, news: list[NewMemory]) -> list[tuple[dict, bool]]:
+    """Each of ``news`` added as ``add_memory`` adds it, all in one transaction: every add
+    lands, or (the first refusal raised, naming its index) none does. Adds are applied in
+    the order of their idempotency keys (a stable sort, so two adds of one key keep their
+    order and the later wins a ``replace``), so concurrent batches over the same keys lock
+    them in one order; the answer is in the request's order."""
+    order = sorted(range(len(news)), key=lambda i: news[i].idempotency_key or "")
+    results: list[tuple[dict, bool] | None] = [None] * len(news)
+    pending = False
+    with transaction.atomic():
+        for index in order:
+            try:
+                entry, created, waiting = _add(app, user_id, news[index])
+            except ServiceError as exc:
+                raise _in_batch(exc, index) from None
+            results[index] = (entry, created)
+            pending = pending or waiting
+    if pending:
+        wake("memory.embed_pending")
+    return results
+
+
+def _add(
+    app: App, user_id: str, new: NewMemory, epoch: int | None = None
+) -> tuple[dict, bool, bool]:
+    """(the entry, created, waiting for its embedding). The same idempotency key with the
+    same content is the same entry; with other content, 409 ``idempotency_conflict``.
+    Concurrent adds with one key make one entry (the unique index decides).
 
     With ``new.replace``, the entry holding the key (live or expired) is replaced in place
     by this write, in one statement: concurrent replaces of one key leave one entry, the
@@ -285,7 +346,7 @@ def add_memory(
     if new.idempotency_key is not None and not new.replace:
         existing = _by_key(app, user_id, new.idempotency_key)
         if existing is not None:
-            return _same_or_conflict(existing, digest), False
+            return _same_or_conflict(existing, digest), False, False
         governance.release_expired_key(app, user_id, new.idempotency_key)
     check_capacity(app, user_id)
     embedder = embedders.embedder_from_settings()
@@ -354,11 +415,9 @@ def add_memory(
                 "This idempotency key names an expired memory that is still kept.",
                 status_code=409,
             )
-        return _same_or_conflict(existing, digest), False
-    if vector is None:
-        wake("memory.embed_pending")
+        return _same_or_conflict(existing, digest), False, False
     *columns, created = row
-    return _entry(columns), created
+    return _entry(columns), created, vector is None
 
 
 def _retained_entry(app: App, user_id: str, key: str) -> ServiceError:
@@ -422,6 +481,11 @@ def live_entries(app: App, user_id: str, filter_sql: str = "", filter_params=())
     if filter_sql:
         rows = rows.extra(where=[filter_sql], params=list(filter_params))  # noqa: S610
     return rows
+
+
+def memory_users(app: App):
+    """The app's users whose memory holds entries (a queryset to page by ``user_id``)."""
+    return ScopeStats.objects.filter(app=app, entries__gt=0).only("user_id")
 
 
 def entries_by_id(ids: list) -> list[dict]:

@@ -192,6 +192,9 @@ MAX_TTL_SECONDS = 10 * 365 * 86400  # ten years
 MAX_RETENTION_DAYS = 100 * 365
 # A touch (``POST .../memories/touch``) refreshes at most this many entries.
 MAX_TOUCH_IDS = 200
+#: Adds in one batch (``POST .../memories/batch``).
+MAX_BATCH_MEMORIES = 100
+BATCH_KEYS = frozenset({"memories"})
 TOUCH_KEYS = frozenset({"ids"})
 
 

@@ -63,6 +63,34 @@ DOCS = {
         "request": {"query": "which seat does Alice like?", "limit": 3},
         "200": HITS,
     },
+    "memories_add_batch": {
+        "summary": "Add memories in one transaction (all or none)",
+        "request": {
+            "memories": [
+                {"content": "Alice prefers window seats", "idempotency_key": "seat"},
+                {"content": "Alice is vegetarian", "idempotency_key": "food"},
+            ]
+        },
+        "200": {
+            "memories": [
+                {"memory": {**MEMORY, "idempotency_key": "seat"}, "created": True},
+                {
+                    "memory": {
+                        **MEMORY,
+                        "id": "0d4c7a4e-58a4-4f4e-9b8e-3f0a5c2b9e11",
+                        "content": "Alice is vegetarian",
+                        "sha256": MEMORY["sha256"][::-1],
+                        "idempotency_key": "food",
+                    },
+                    "created": True,
+                },
+            ]
+        },
+    },
+    "memory_users_list": {
+        "summary": "List the app's users that hold memories",
+        "200": {"results": [{"user_id": "alice"}], "next": None, "previous": None},
+    },
     "memories_touch": {
         "summary": "Refresh the time to live of memories",
         "request": {"ids": ["7939cdaa-b97a-4b3a-a805-d87dac3923ce"]},

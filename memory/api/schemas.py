@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN, MAX_ID_LENGTH
-from ctxadmin.api.schema import page
+from ctxadmin.api.schema import page, ref
 from memory.filters import MAX_CONDITIONS, MAX_IN_VALUES, MAX_STRING_BYTES
 from memory.inputs import (
     EMBED_MODES,
     INGESTION_MODES,
     KEY_PATTERN,
+    MAX_BATCH_MEMORIES,
     MAX_BM25_MIN_SCORE,
     MAX_INGEST_EVENTS,
     MAX_KEY_LENGTH,
@@ -101,6 +102,32 @@ COMPONENTS = {
         },
         ["content"],
     ),
+    "MemoryBatch": _strict(
+        {
+            "memories": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BATCH_MEMORIES,
+                "items": ref("MemoryCreate"),
+            }
+        },
+        ["memories"],
+    ),
+    "MemoryBatchResult": _strict(
+        {
+            "memories": {
+                "type": "array",
+                "description": "Each add's entry and whether it was created, in order.",
+                "items": _strict(
+                    {"memory": ref("Memory"), "created": {"type": "boolean"}},
+                    ["memory", "created"],
+                ),
+            }
+        },
+        ["memories"],
+    ),
+    "MemoryUserPage": page("MemoryUser"),
+    "MemoryUser": _strict({"user_id": _SESSION_ID}, ["user_id"]),
     "MemoryTouch": _strict(
         {
             "ids": {

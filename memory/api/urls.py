@@ -7,6 +7,7 @@ base = "apps/<str:app>/users/<str:user>/memories"
 urlpatterns = [
     path(base, views.MemoryListView.as_view(), name="memories"),
     path(f"{base}/search", views.MemorySearchView.as_view(), name="memory-search"),
+    path(f"{base}/batch", views.MemoryBatchView.as_view(), name="memory-batch"),
     path(f"{base}/touch", views.MemoryTouchView.as_view(), name="memory-touch"),
     path(f"{base}/events", ingest_views.MemoryEventsView.as_view(), name="memory-events"),
     path(
@@ -27,6 +28,7 @@ urlpatterns = [
     ),
     # Literal paths above: a memory id is anything else after memories/.
     path(f"{base}/<str:memory_id>", views.MemoryDetailView.as_view(), name="memory"),
+    path("apps/<str:app>/memory-users", views.MemoryUsersView.as_view(), name="memory-users"),
     path(
         "apps/<str:app>/memory-policy",
         governance_views.MemoryPolicyView.as_view(),

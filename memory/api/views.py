@@ -75,20 +75,7 @@ class MemoryListView(MemoryScopedView):
                 details={"unknown": [echoed(name) for name in unknown[:MAX_ECHOED]], "allowed": []},
             )
         new = entries.parse_new_memory(request.data)
-        credential = request.auth
-        if (
-            new.replace
-            and isinstance(credential, DelegatedCredential)
-            and "memory_delete" not in credential.capabilities
-        ):
-            # Replacing in place ends the entry that held the key: a delete as well as an add.
-            raise ServiceError(
-                "capability_denied",
-                "Replacing a memory erases the one it replaces: this token needs the "
-                "'memory_delete' capability as well as 'memory_add'.",
-                status_code=403,
-                details={"needed": "memory_delete"},
-            )
+        refuse_replacing_without_delete(request.auth, [new])
         entry, created = entries.add_memory(self.tenant, user, new)
         return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
@@ -121,6 +108,23 @@ class MemoryListView(MemoryScopedView):
         return Response(erasure.erase_session(self.tenant, user, session, key_prefix))
 
 
+def refuse_replacing_without_delete(credential, news: list) -> None:
+    """Replacing in place ends the entry that held the key: for a user or tool token, a
+    delete as well as an add (403 ``capability_denied`` naming ``memory_delete``)."""
+    if (
+        any(new.replace for new in news)
+        and isinstance(credential, DelegatedCredential)
+        and "memory_delete" not in credential.capabilities
+    ):
+        raise ServiceError(
+            "capability_denied",
+            "Replacing a memory erases the one it replaces: this token needs the "
+            "'memory_delete' capability as well as 'memory_add'.",
+            status_code=403,
+            details={"needed": "memory_delete"},
+        )
+
+
 def _refuse_params(request, names) -> None:
     """A parameter this method does not read is refused, not ignored."""
     given = sorted(set(request.query_params) & set(names))
@@ -148,6 +152,49 @@ class MemoryDetailView(MemoryScopedView):
     def delete(self, request, app, user, memory_id):
         erasure.erase_entry(self.tenant, user, memory_id, request.auth.prefix)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MemoryBatchView(MemoryScopedView):
+    tool_capabilities = {"POST": "memory_add"}
+
+    @extend_schema(
+        operation_id="memories_add_batch",
+        description=f"Add 1 to {inputs.MAX_BATCH_MEMORIES} memories in one transaction, each "
+        "as `POST .../memories` adds one (its checks, `idempotency_key`, `replace`, "
+        "`ttl_seconds`, the app's memory policy): all of them land or none does. A refusal "
+        "is the first add's error, naming it (`memories.<i>.<field>`, `details.index`). "
+        "200 with each add's entry and whether it was created, in the request's order.",
+        request={JSON: ref("MemoryBatch")},
+        responses={200: ref("MemoryBatchResult")},
+    )
+    def post(self, request, app, user):
+        news = entries.parse_new_memories(request.data)
+        refuse_replacing_without_delete(request.auth, news)
+        added = entries.add_memories(self.tenant, user, news)
+        return Response(
+            {"memories": [{"memory": entry, "created": created} for entry, created in added]}
+        )
+
+
+class MemoryUsersCursor(Cursor):
+    ordering = "user_id"
+
+
+class MemoryUsersView(MemoryScopedView):
+    """The app's users that hold memories, by user id."""
+
+    pagination_class = MemoryUsersCursor
+    allowed_query_params = PAGINATION_QUERY_PARAMS
+
+    @extend_schema(
+        operation_id="memory_users_list",
+        description="The ids of the app's users whose memory holds entries (an expired "
+        "entry counts until it is purged), in id order, by cursor.",
+        responses={200: ref("MemoryUserPage")},
+    )
+    def get(self, request, app):
+        page = self.paginate_queryset(entries.memory_users(self.tenant))
+        return self.get_paginated_response([{"user_id": row.user_id} for row in page])
 
 
 class MemoryTouchView(MemoryScopedView):

@@ -423,6 +423,9 @@ def test_a_replacing_add_needs_the_delete_capability_too(acme):
     from memory.models import MemoryEntry
 
     assert MemoryEntry.objects.get(app=acme.app, idempotency_key="seat").content == "seat: aisle"
+    batch = adder.post(f"{url}/batch", {"memories": [again]}, format="json")
+    assert batch.status_code == 403, batch.content
+    assert batch.json()["error"]["details"] == {"needed": "memory_delete"}
     both = _rest(_token(acme, ["memory_add", "memory_delete"]))
     assert both.post(url, again, format="json").status_code == 200
     assert MemoryEntry.objects.get(app=acme.app, idempotency_key="seat").content == "seat: window"

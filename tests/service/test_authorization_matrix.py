@@ -81,8 +81,9 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
         "delete": (M, None),
     },
     "api/v1/apps/<str:app>/users/<str:user>/memories/search": {"post": (M, "memory_search")},
-    # Refreshing TTLs is part of reading (LangGraph's refresh_ttl): the search capability.
+    # Refreshing TTLs moves expiries: a write, the add capability.
     "api/v1/apps/<str:app>/users/<str:user>/memories/touch": {"post": (M, "memory_add")},
+    "api/v1/apps/<str:app>/users/<str:user>/memories/batch": {"post": (M, "memory_add")},
     "api/v1/apps/<str:app>/users/<str:user>/memories/events": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/ingestions": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/consent": {
@@ -100,6 +101,7 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
         "delete": (M, "memory_delete"),
     },
     "api/v1/apps/<str:app>/memory-policy": {"get": (M, None), "put": (A, None)},
+    "api/v1/apps/<str:app>/memory-users": {"get": (M, None)},
     "api/v1/apps/<str:app>/outbox/jobs/<str:job_id>": {"get": (M, None)},
     "api/v1/apps/<str:app>/outbox/jobs/<str:job_id>/cancel": {"post": (M, None)},
     "api/v1/apps/<str:app>/outbox/stats": {"get": (M, None)},

@@ -79,6 +79,7 @@ def test_the_table_names_exactly_the_client_methods_both_clients_have():
 
 ARGUMENTS: dict[str, Any] = {
     "events": [{"event_id": "e-1", "author": "user"}],
+    "memories": [{"content": "text", "idempotency_key": "k-1"}],
     "event": {"event_id": "e-1", "author": "user"},
     "current_input": {"role": "user", "parts": [{"text": "hi"}]},
     "data": b"bytes",

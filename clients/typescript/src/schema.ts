@@ -251,6 +251,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/apps/{app}/memory-users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the app's users that hold memories
+         * @description The ids of the app's users whose memory holds entries (an expired entry counts until it is purged), in id order, by cursor.
+         */
+        get: operations["memory_users_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/apps/{app}/outbox/jobs/{job_id}": {
         parameters: {
             query?: never;
@@ -514,6 +534,26 @@ export interface paths {
          * @description Erase one entry (an erasure receipt is kept). 409 `legal_hold` under a legal hold; 409 `memory_retained` within the entry's retention period.
          */
         delete: operations["memories_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/users/{user}/memories/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Add memories in one transaction (all or none)
+         * @description Add 1 to 100 memories in one transaction, each as `POST .../memories` adds one (its checks, `idempotency_key`, `replace`, `ttl_seconds`, the app's memory policy): all of them land or none does. A refusal is the first add's error, naming it (`memories.<i>.<field>`, `details.index`). 200 with each add's entry and whether it was created, in the request's order.
+         */
+        post: operations["memories_add_batch"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -2010,6 +2050,24 @@ export interface components {
              */
             replace?: boolean;
         };
+        MemoryBatch: {
+            memories: components["schemas"]["MemoryCreate"][];
+        };
+        MemoryBatchResult: {
+            /** @description Each add's entry and whether it was created, in order. */
+            memories: {
+                memory: components["schemas"]["Memory"];
+                created: boolean;
+            }[];
+        };
+        MemoryUserPage: {
+            results: components["schemas"]["MemoryUser"][];
+            next: string | null;
+            previous: string | null;
+        };
+        MemoryUser: {
+            user_id: string;
+        };
         MemoryTouch: {
             ids: string[];
         };
@@ -3164,6 +3222,42 @@ export interface operations {
             };
         };
     };
+    memory_users_list: {
+        parameters: {
+            query?: {
+                /** @description the `next` or `previous` of an earlier page */
+                cursor?: string;
+                /** @description page size (default CTXADMIN_PAGE_SIZE, at most CTXADMIN_MAX_PAGE_SIZE) */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryUserPage"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     outbox_job_get: {
         parameters: {
             query?: never;
@@ -3782,6 +3876,43 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    memories_add_batch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["MemoryBatch"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryBatchResult"];
+                };
             };
             /** @description An error */
             default: {

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from types import TracebackType
 from typing import Any
@@ -16,6 +18,9 @@ from ._calls import JSON, Call
 from ._loops import PerLoop
 from ._transport import Attempt, Operations, low_level_call, next_page, page_items, request_args
 
+#: Requests one ``AsyncClient`` keeps in flight on one event loop, by default.
+MAX_IN_FLIGHT = 32
+
 
 class AsyncClient(
     Operations[Awaitable[JSON], AsyncIterator[JSON], Awaitable[None], Awaitable[bytes]]
@@ -26,6 +31,12 @@ class AsyncClient(
     It works on any event loop and in any thread: each loop gets an httpx client of its own
     on its first request there, closed as that loop ends or by :meth:`aclose` / :meth:`close`
     (see ``_loops``). A ``transport`` given is used as given on every loop.
+
+    At most ``max_in_flight`` requests (default ``MAX_IN_FLIGHT``, 32) are in flight on one
+    loop at a time; the others wait their turn in order (a semaphore per loop), so any number
+    of concurrent calls reach the server at its pace, each request's ``timeout`` counted
+    from its sending (httpx's pool, 100 connections, would queue them all and time them out
+    while they wait). A retry waits for its backoff without holding a place.
     """
 
     def __init__(
@@ -38,7 +49,17 @@ class AsyncClient(
         backoff: float = 0.5,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise TypeError("max_in_flight must be a positive integer")
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be a positive integer")
+        self.max_in_flight = max_in_flight
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._slots_lock = threading.Lock()
         self._settings = _config.resolve(
             base_url,
             api_key,
@@ -112,19 +133,30 @@ class AsyncClient(
         )
         return await self._send(call)
 
+    def _in_flight(self) -> asyncio.Semaphore:
+        """The running loop's places for requests in flight."""
+        loop = asyncio.get_running_loop()
+        with self._slots_lock:
+            slots = self._slots.get(loop)
+            if slots is None:
+                slots = self._slots[loop] = asyncio.Semaphore(self.max_in_flight)
+            return slots
+
     async def _send(self, call: Call) -> httpx.Response:
         http = await self._https.get()
+        slots = self._in_flight()
         request = http.build_request(**request_args(call))
         attempt = Attempt(self._settings.retry, call)
         while True:
-            try:
-                response = await http.send(request)
-            except httpx.HTTPError as exc:
-                wait = attempt.after_failure(exc)
-            else:
-                if response.status_code < 400:
-                    return response
-                wait = attempt.after_answer(response)
+            async with slots:
+                try:
+                    response = await http.send(request)
+                except httpx.HTTPError as exc:
+                    wait = attempt.after_failure(exc)
+                else:
+                    if response.status_code < 400:
+                        return response
+                    wait = attempt.after_answer(response)
             await asyncio.sleep(wait)
 
     async def _one(self, call: Call) -> JSON:

@@ -36,6 +36,26 @@ class MemoryOperations(Runners[D, L, N, B]):
             )
         )
 
+    def add_memories(self, app: str, user_id: str, memories: Sequence[Mapping[str, Any]]) -> D:
+        """Add 1 to 100 memories (each a ``POST .../memories`` body: ``content``,
+        ``metadata``, ``idempotency_key``, ``replace``, ...) in one transaction: all land or
+        none does. ``{"memories": [{"memory", "created"}]}`` in order. Retried only when
+        every add has an ``idempotency_key``."""
+        items = [dict(memory) for memory in memories]
+        return self._one(
+            Call(
+                "POST",
+                user_path(app, user_id, "memories", "batch"),
+                json={"memories": items},
+                idempotent=all(item.get("idempotency_key") is not None for item in items),
+            )
+        )
+
+    def list_memory_users(self, app: str, *, limit: int | None = None) -> L:
+        """The ids (``{"user_id"}``) of the app's users whose memory holds entries, in id
+        order, across pages."""
+        return self._many(Call("GET", path(app, "memory-users"), params=query(limit=limit)))
+
     def list_memories(
         self,
         app: str,

@@ -133,6 +133,8 @@ OPERATIONS: dict[str, Operation] = {
     "memories_get": Operation("GET", _USER + "/memories/{memory_id}", ("get_memory",)),
     "memories_delete": Operation("DELETE", _USER + "/memories/{memory_id}", ("delete_memory",)),
     "memories_search": Operation("POST", _USER + "/memories/search", ("search_memory",)),
+    "memories_add_batch": Operation("POST", _USER + "/memories/batch", ("add_memories",)),
+    "memory_users_list": Operation("GET", _APP + "/memory-users", ("list_memory_users",)),
     "memories_touch": Operation("POST", _USER + "/memories/touch", ("touch_memories",)),
     "memories_add_events": Operation("POST", _USER + "/memories/events", ("add_events_to_memory",)),
     "memories_ingestions_admit": Operation(

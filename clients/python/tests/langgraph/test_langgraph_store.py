@@ -11,11 +11,18 @@ import uuid
 from typing import Any
 
 import pytest
-from ctxadmin_client import Client, ValidationError
+from ctxadmin_client import Client
 from ctxadmin_client.langgraph import CtxAdminStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    MatchCondition,
+    PutOp,
+    SearchOp,
+)
 from langgraph.store.memory import InMemoryStore
 
 SPACES = (("a",), ("a", "b"), ("c",))
@@ -237,21 +244,15 @@ def test_the_first_label_is_the_user_scope(store, app):
 
 
 def test_what_the_store_refuses(store):
-    with pytest.raises(ValueError, match="first label"):
-        store.search(())
-    with pytest.raises(ValueError, match="first label"):
-        store.list_namespaces()
     for ttl in (0, -1, float("inf")):
         with pytest.raises(ValueError, match="ttl"):
             store.put(("someone", "x"), "k", {"v": 1}, ttl=ttl)
-    with pytest.raises(ValidationError):
-        store.put(("not a user id!", "x"), "k", {"v": 1})
     with pytest.raises(ValueError, match="operator"):
         store.search(("someone",), filter={"n": {"$regex": "a"}})
     # A batch with one bad operation makes no request: nothing of it is applied.
     user = f"u-{uuid.uuid4().hex[:12]}"
-    with pytest.raises(ValueError, match="first label"):
-        store.batch([PutOp((user, "x"), "k", {"v": 1}), SearchOp(("*",))])
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([PutOp((user, "x"), "k", {"v": 1}), SearchOp((user, "a.b"))])
     assert store.get((user, "x"), "k") is None
 
 
