@@ -21,6 +21,7 @@ from ctxadmin.models import App
 from ctxadmin.pruning import echoed, is_secret_key, looks_like_secret
 from ctxadmin.wake import wake
 from memory import embedders, governance
+from memory.facts import Version, parse_fact_key, parse_instant, place
 from memory.inputs import (
     ADD_KEYS,
     EMBED_MODES,
@@ -144,6 +145,10 @@ def parse_new_memory(body: Any) -> NewMemory:
         raise invalid("replace", "must be true or false")
     if replace and key is None:
         raise invalid("replace", "needs an idempotency_key (the entry to replace)")
+    fact_key = parse_fact_key(body.get("key"))
+    if fact_key is not None and replace:
+        raise invalid("replace", "does not apply to a memory with a key (it supersedes instead)")
+    valid_from = parse_instant(body.get("valid_from"), "valid_from")
     if looks_like_secret(content):
         raise ServiceError(
             "sensitive_memory_content",
@@ -162,6 +167,8 @@ def parse_new_memory(body: Any) -> NewMemory:
         erasure_epoch=epoch,
         ttl_seconds=ttl_seconds,
         replace=replace,
+        key=fact_key,
+        valid_from=valid_from,
     )
 
 
@@ -200,7 +207,11 @@ ENTRY_COLUMNS = (
     "id::text, content, metadata, session_id, event_id, author, "
     "to_json(source_timestamp) #>> '{}', to_json(created_at) #>> '{}', "
     "embedding_model, content_sha256, idempotency_key, "
-    "to_json(expires_at) #>> '{}', to_json(retain_until) #>> '{}'"
+    "to_json(expires_at) #>> '{}', to_json(retain_until) #>> '{}', key, "
+    "to_json(valid_from) #>> '{}', to_json(valid_to) #>> '{}', "
+    "to_json(recorded_at) #>> '{}', to_json(retired_at) #>> '{}', superseded_by_id::text, "
+    "(SELECT p.id::text FROM memory_memoryentry p "
+    "WHERE p.superseded_by_id = memory_memoryentry.id LIMIT 1)"
 )
 
 
@@ -219,6 +230,13 @@ def _entry(row) -> dict:
         key,
         expires_at,
         retain_until,
+        fact_key,
+        valid_from,
+        valid_to,
+        recorded_at,
+        retired_at,
+        superseded_by,
+        supersedes,
     ) = row
     return {
         "id": entry_id,
@@ -236,6 +254,13 @@ def _entry(row) -> dict:
         "created_at": created_at,
         "expires_at": expires_at,
         "retain_until": retain_until,
+        "key": fact_key,
+        "valid_from": valid_from,
+        "valid_to": valid_to,
+        "recorded_at": recorded_at,
+        "retired_at": retired_at,
+        "superseded_by": superseded_by,
+        "supersedes": supersedes,
     }
 
 
@@ -251,7 +276,8 @@ _REPLACE = """
         embedding = EXCLUDED.embedding, embedding_model = EXCLUDED.embedding_model,
         embed_failures = 0, content_bytes = EXCLUDED.content_bytes, created_at = now(),
         updated_at = now(), expires_at = EXCLUDED.expires_at,
-        ttl_seconds = EXCLUDED.ttl_seconds, retain_until = EXCLUDED.retain_until
+        ttl_seconds = EXCLUDED.ttl_seconds, retain_until = EXCLUDED.retain_until,
+        valid_from = EXCLUDED.valid_from, recorded_at = now()
     WHERE (memory_memoryentry.retain_until IS NULL OR memory_memoryentry.retain_until <= now())
       AND NOT EXISTS (SELECT 1 FROM memory_memorypolicy p
                        WHERE p.app_id = memory_memoryentry.app_id AND p.legal_hold)
@@ -294,58 +320,47 @@ def add_memory(
     if sync:
         vector = embed_one(embedder, new.content)
     entry_id = uuid.uuid4()
-    with transaction.atomic(), connection.cursor() as cursor:
-        if epoch is not None or new.replace:
-            # Ordered after any erasure of the scope (checked again) and any legal hold
-            # being placed on it.
-            lock_scope(app, user_id, shared=True)
-            if epoch is not None:
-                check_epoch(app, user_id, epoch)
-        cursor.execute(
-            f"""
-            INSERT INTO memory_memoryentry
-                (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
-                 session_id, event_id, author, source_timestamp, search, embedding,
-                 embedding_model, content_bytes, created_at, updated_at, expires_at,
-                 ttl_seconds, retain_until)
-            VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
-                    memory_search_vector(%s::regconfig, {_SEARCH_TEXT_PARAMS}),
-                    %s::vector, %s, %s, now(), now(),
-                    now() + %s::integer * interval '1 second', %s,
-                    now() + %s::integer * interval '1 day')
-            ON CONFLICT (app_id, user_id, idempotency_key)
-                WHERE idempotency_key IS NOT NULL {_REPLACE if new.replace else "DO NOTHING"}
-            RETURNING {ENTRY_COLUMNS}, id = %s
-            """,  # noqa: S608 - constant clauses
-            [
-                entry_id,
-                app.pk,
-                user_id,
-                new.content,
-                digest,
-                canonical_json(new.metadata).decode("utf-8"),
-                new.idempotency_key,
-                new.session_id,
-                new.event_id,
-                new.author,
-                new.source_timestamp,
-                settings.CTXADMIN_MEMORY_TS_CONFIG,
-                new.author,
-                new.source_timestamp,
-                new.content,
-                None if vector is None else vector_text(vector),
-                embedder.name if vector is not None else "",
-                len(new.content.encode("utf-8")),
-                terms.ttl_seconds,
-                terms.ttl_seconds,
-                terms.retention_days,
-                entry_id,
-            ],
-        )
-        row = cursor.fetchone()
-        if row is None and new.replace:  # a retention period or a legal hold keeps it
-            governance.refuse_if_held(app, user_id)
-            raise _retained_entry(app, user_id, new.idempotency_key)
+    values = [
+        entry_id,
+        app.pk,
+        user_id,
+        new.content,
+        digest,
+        canonical_json(new.metadata).decode("utf-8"),
+        new.idempotency_key,
+        new.session_id,
+        new.event_id,
+        new.author,
+        new.source_timestamp,
+        settings.CTXADMIN_MEMORY_TS_CONFIG,
+        new.author,
+        new.source_timestamp,
+        new.content,
+        None if vector is None else vector_text(vector),
+        embedder.name if vector is not None else "",
+        len(new.content.encode("utf-8")),
+        terms.ttl_seconds,
+        terms.ttl_seconds,
+        terms.retention_days,
+    ]
+    if new.key is not None:
+        try:
+            row = _add_version(app, user_id, new, epoch, digest, values)
+        except _IdempotencyKeyTaken:
+            row = None
+    else:
+        with transaction.atomic(), connection.cursor() as cursor:
+            if epoch is not None or new.replace:
+                # Ordered after any erasure of the scope (checked again) and any legal hold
+                # being placed on it.
+                lock_scope(app, user_id, shared=True)
+                if epoch is not None:
+                    check_epoch(app, user_id, epoch)
+            valid_from = new.valid_from or new.source_timestamp
+            row = _insert(cursor, new.replace, values, [None, valid_from, None, None], entry_id)
+            if row is None and new.replace:  # a retention period or a legal hold keeps it
+                governance.refuse_if_held(app, user_id)
+                raise _retained_entry(app, user_id, new.idempotency_key)
     if row is None:  # another request with this key won the race
         existing = _by_key(app, user_id, new.idempotency_key)
         if existing is None:  # the key is held by an expired entry still retained or held
@@ -355,10 +370,86 @@ def add_memory(
                 status_code=409,
             )
         return _same_or_conflict(existing, digest), False
+    *columns, created = row
     if vector is None:
         wake("memory.embed_pending")
-    *columns, created = row
     return _entry(columns), created
+
+
+class _IdempotencyKeyTaken(Exception):
+    """A keyed add lost its idempotency key to a concurrent add: its transaction is undone."""
+
+
+def _insert(cursor, replace: bool, values: list, fact: list, entry_id) -> tuple | None:
+    """Insert one entry (``values`` in the order of the columns below, ``fact``: its key,
+    valid_from (NULL: now), valid_to and successor); its row and whether it is new, or None
+    when its idempotency key is taken (and not replaced)."""
+    cursor.execute(
+        f"""
+        INSERT INTO memory_memoryentry
+            (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
+             session_id, event_id, author, source_timestamp, search, embedding,
+             embedding_model, content_bytes, created_at, updated_at, expires_at,
+             ttl_seconds, retain_until, key, valid_from, valid_to, superseded_by_id,
+             recorded_at, retired_at)
+        VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
+                memory_search_vector(%s::regconfig, {_SEARCH_TEXT_PARAMS}),
+                %s::vector, %s, %s, now(), now(),
+                now() + %s::integer * interval '1 second', %s,
+                now() + %s::integer * interval '1 day',
+                %s, coalesce(%s::timestamptz, now()), %s::timestamptz, %s::uuid, now(),
+                CASE WHEN %s::timestamptz IS NULL THEN NULL ELSE now() END)
+        ON CONFLICT (app_id, user_id, idempotency_key)
+            WHERE idempotency_key IS NOT NULL {_REPLACE if replace else "DO NOTHING"}
+        RETURNING {ENTRY_COLUMNS}, id = %s
+        """,  # noqa: S608 - constant clauses
+        [*values, *fact, fact[2], entry_id],
+    )
+    return cursor.fetchone()
+
+
+def _add_version(
+    app: App, user_id: str, new: NewMemory, epoch: int | None, digest: str, values: list
+) -> tuple:
+    """Add a version of ``new.key`` where its valid time puts it (``memory.facts.place``),
+    cutting short the version it falls inside (its ``supersedes``); its row. The same
+    content as the key's live version is that version."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        # One placement at a time per scope: the versions read here stay as read.
+        lock_scope(app, user_id)
+        if epoch is not None:
+            check_epoch(app, user_id, epoch)
+        cursor.execute(
+            f"SELECT id::text, valid_from, valid_to, superseded_by_id::text, content_sha256, "  # noqa: S608
+            f"{LIVE}, now() FROM memory_memoryentry "
+            "WHERE app_id = %s AND user_id = %s AND key = %s",
+            [app.pk, user_id, new.key],
+        )
+        rows = cursor.fetchall()
+        now = rows[0][6] if rows else None
+        for entry_id, _start, end, _next, sha, live, _now in rows:
+            if end is None and live and sha == digest:
+                cursor.execute(
+                    f"SELECT {ENTRY_COLUMNS}, false FROM memory_memoryentry WHERE id = %s",  # noqa: S608
+                    [entry_id],
+                )
+                return cursor.fetchone()
+        if now is None:
+            cursor.execute("SELECT now()")
+            now = cursor.fetchone()[0]
+        valid_from = new.valid_from or new.source_timestamp or now
+        placement = place([Version(r[0], r[1], r[2], r[3]) for r in rows], valid_from)
+        if placement.closes is not None:
+            cursor.execute(
+                "UPDATE memory_memoryentry SET valid_to = %s, superseded_by_id = %s, "
+                "retired_at = coalesce(retired_at, now()), updated_at = now() WHERE id = %s",
+                [valid_from, values[0], placement.closes],
+            )
+        fact = [new.key, valid_from, placement.valid_to, placement.superseded_by]
+        row = _insert(cursor, False, values, fact, values[0])
+        if row is None:
+            raise _IdempotencyKeyTaken
+    return row
 
 
 def _retained_entry(app: App, user_id: str, key: str) -> ServiceError:

@@ -39,22 +39,33 @@ class MemoryListView(MemoryScopedView):
     pagination_class = MemoryCursor
 
     # GET: cursor, limit, filter; DELETE: session_id (each refuses the other's).
-    allowed_query_params = PAGINATION_QUERY_PARAMS | {"filter", "session_id"}
+    allowed_query_params = PAGINATION_QUERY_PARAMS | {"filter", "session_id", "as_of", "known_at"}
 
     @extend_schema(
         operation_id="memories_list",
-        description="The user's unexpired memories, newest first. `filter` is the search's "
-        'filter object as URL-encoded JSON (e.g. `filter={"topic":"travel"}`).',
+        description="The user's unexpired memories, newest first: those valid at `as_of` as "
+        "known at `known_at` (each ISO 8601 with a zone; absent: now), so by default what is "
+        "valid now. `filter` is the search's filter object as URL-encoded JSON (e.g. "
+        '`filter={"topic":"travel"}`).',
         parameters=[
             OpenApiParameter(
                 "filter", str, description="a search filter object, as JSON (URL-encoded)"
-            )
+            ),
+            OpenApiParameter(
+                "as_of", str, description="valid time: the versions true at this instant"
+            ),
+            OpenApiParameter(
+                "known_at", str, description="record time: as ctxadmin knew them at this instant"
+            ),
         ],
         responses={200: ref("MemoryPage")},
     )
     def get(self, request, app, user):
         _refuse_params(request, {"session_id"})
-        sql, params = inputs.parse_list_filter(request.query_params.get("filter"))
+        query = request.query_params
+        sql, params = inputs.parse_list_filter(
+            query.get("filter"), query.get("as_of"), query.get("known_at")
+        )
         rows = entries.live_entries(self.tenant, user, sql, params).only("id", "created_at")
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(entries.entries_by_id([row.id for row in page]))
@@ -108,7 +119,7 @@ class MemoryListView(MemoryScopedView):
         responses={200: ref("MemoryErasureReceipt")},
     )
     def delete(self, request, app, user):
-        _refuse_params(request, PAGINATION_QUERY_PARAMS | {"filter"})
+        _refuse_params(request, PAGINATION_QUERY_PARAMS | {"filter", "as_of", "known_at"})
         key_prefix = request.auth.prefix
         session = request.query_params.get("session_id")
         if session is None:

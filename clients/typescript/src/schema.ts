@@ -479,7 +479,7 @@ export interface paths {
         };
         /**
          * List the user's memories
-         * @description The user's unexpired memories, newest first. `filter` is the search's filter object as URL-encoded JSON (e.g. `filter={"topic":"travel"}`).
+         * @description The user's unexpired memories, newest first: those valid at `as_of` as known at `known_at` (each ISO 8601 with a zone; absent: now), so by default what is valid now. `filter` is the search's filter object as URL-encoded JSON (e.g. `filter={"topic":"travel"}`).
          */
         get: operations["memories_list"];
         put?: never;
@@ -2005,10 +2005,17 @@ export interface components {
             /** @description The entry's own time to live (default: the app policy's `default_ttl_seconds`); at most that default and at least the policy's `retention_days` in seconds, when set (else 400 `validation_error`). A touch (`POST .../memories/touch`) restarts it. */
             ttl_seconds?: number | null;
             /**
-             * @description With an `idempotency_key`: the entry holding the key (live or expired) takes this write's content, metadata and terms in place, in one statement (200; 201 when none held it); concurrent replaces of one key leave one entry. 409 `legal_hold` or `memory_retained` as erasing it would be.
+             * @description With an `idempotency_key`: the entry holding the key (live or expired) takes this write's content, metadata and terms in place, in one statement (200; 201 when none held it); concurrent replaces of one key leave one entry. 409 `legal_hold` or `memory_retained` as erasing it would be. Refused (400) with a `key`.
              * @default false
              */
             replace?: boolean;
+            /** @description The fact this memory is a version of (`preference.seat`): dot-separated segments of a-z 0-9 _ -, case-folded. It supersedes the key's version its `valid_from` falls inside (the live one, for a newer fact); the same content as the live version is that version (200). */
+            key?: string | null;
+            /**
+             * Format: date-time
+             * @description When it became true (ISO 8601 with a zone); default: `provenance.timestamp`, else the add time.
+             */
+            valid_from?: string | null;
         };
         MemoryTouch: {
             ids: string[];
@@ -2044,6 +2051,38 @@ export interface components {
             expires_at: string | null;
             /** Format: date-time */
             retain_until: string | null;
+            /** @description the fact it is a version of */
+            key: string | null;
+            /**
+             * Format: date-time
+             * @description valid time: when it became true
+             */
+            valid_from: string;
+            /**
+             * Format: date-time
+             * @description valid time: when its successor became true (null: still true)
+             */
+            valid_to: string | null;
+            /**
+             * Format: date-time
+             * @description record time: when ctxadmin stored it (the server's clock)
+             */
+            recorded_at: string;
+            /**
+             * Format: date-time
+             * @description record time: when ctxadmin first closed it (set with valid_to)
+             */
+            retired_at: string | null;
+            /**
+             * Format: uuid
+             * @description the next version of its key
+             */
+            superseded_by: string | null;
+            /**
+             * Format: uuid
+             * @description the version of its key it cut short
+             */
+            supersedes: string | null;
         };
         MemorySearch: {
             query: string;
@@ -2060,6 +2099,16 @@ export interface components {
                 lexical?: number;
                 vector?: number;
             } | null;
+            /**
+             * Format: date-time
+             * @description valid time: search the versions true at this instant (default: now)
+             */
+            as_of?: string | null;
+            /**
+             * Format: date-time
+             * @description record time: as ctxadmin knew them at this instant (default: now)
+             */
+            known_at?: string | null;
         };
         MemoryPage: {
             results: components["schemas"]["Memory"][];
@@ -3603,10 +3652,14 @@ export interface operations {
     memories_list: {
         parameters: {
             query?: {
+                /** @description valid time: the versions true at this instant */
+                as_of?: string;
                 /** @description the `next` or `previous` of an earlier page */
                 cursor?: string;
                 /** @description a search filter object, as JSON (URL-encoded) */
                 filter?: string;
+                /** @description record time: as ctxadmin knew them at this instant */
+                known_at?: string;
                 /** @description page size (default CTXADMIN_PAGE_SIZE, at most CTXADMIN_MAX_PAGE_SIZE) */
                 limit?: number;
             };
