@@ -277,7 +277,7 @@ _REPLACE = """
         embed_failures = 0, content_bytes = EXCLUDED.content_bytes, created_at = now(),
         updated_at = now(), expires_at = EXCLUDED.expires_at,
         ttl_seconds = EXCLUDED.ttl_seconds, retain_until = EXCLUDED.retain_until,
-        valid_from = EXCLUDED.valid_from, recorded_at = now()
+        valid_from = EXCLUDED.valid_from, recorded_at = now(), written_by = EXCLUDED.written_by
     WHERE (memory_memoryentry.retain_until IS NULL OR memory_memoryentry.retain_until <= now())
       AND NOT EXISTS (SELECT 1 FROM memory_memorypolicy p
                        WHERE p.app_id = memory_memoryentry.app_id AND p.legal_hold)
@@ -288,7 +288,7 @@ _REPLACE = """
 
 
 def add_memory(
-    app: App, user_id: str, new: NewMemory, epoch: int | None = None
+    app: App, user_id: str, new: NewMemory, epoch: int | None = None, written_by: str = ""
 ) -> tuple[dict, bool]:
     """(the entry, created). The same idempotency key with the same content is the same
     entry; with other content, 409 ``idempotency_conflict``. Concurrent adds with one key
@@ -302,7 +302,8 @@ def add_memory(
     The app's memory policy applies: without the user's consent where it is required, 403
     ``consent_required``; its TTL and retention are stamped on the entry. ``epoch`` (else
     ``new.erasure_epoch``) is the scope's erasure epoch the write was prepared at: older
-    than the current one, 409 ``memory_erasure_epoch_stale`` and nothing is written."""
+    than the current one, 409 ``memory_erasure_epoch_stale`` and nothing is written.
+    ``written_by``: the writing key's or token's prefix, kept for the history."""
     terms = governance.write_terms(app, user_id, new.ttl_seconds)
     epoch = new.erasure_epoch if epoch is None else parse_epoch(epoch, "epoch")
     if epoch is not None:
@@ -345,7 +346,7 @@ def add_memory(
     ]
     if new.key is not None:
         try:
-            row = _add_version(app, user_id, new, epoch, digest, values)
+            row = _add_version(app, user_id, new, epoch, digest, values, written_by)
         except _IdempotencyKeyTaken:
             row = None
     else:
@@ -357,7 +358,8 @@ def add_memory(
                 if epoch is not None:
                     check_epoch(app, user_id, epoch)
             valid_from = new.valid_from or new.source_timestamp
-            row = _insert(cursor, new.replace, values, [None, valid_from, None, None], entry_id)
+            fact = [None, valid_from, None, None]
+            row = _insert(cursor, new.replace, values, fact, entry_id, written_by)
             if row is None and new.replace:  # a retention period or a legal hold keeps it
                 governance.refuse_if_held(app, user_id)
                 raise _retained_entry(app, user_id, new.idempotency_key)
@@ -380,7 +382,9 @@ class _IdempotencyKeyTaken(Exception):
     """A keyed add lost its idempotency key to a concurrent add: its transaction is undone."""
 
 
-def _insert(cursor, replace: bool, values: list, fact: list, entry_id) -> tuple | None:
+def _insert(
+    cursor, replace: bool, values: list, fact: list, entry_id, written_by: str
+) -> tuple | None:
     """Insert one entry (``values`` in the order of the columns below, ``fact``: its key,
     valid_from (NULL: now), valid_to and successor); its row and whether it is new, or None
     when its idempotency key is taken (and not replaced)."""
@@ -391,25 +395,31 @@ def _insert(cursor, replace: bool, values: list, fact: list, entry_id) -> tuple 
              session_id, event_id, author, source_timestamp, search, embedding,
              embedding_model, content_bytes, created_at, updated_at, expires_at,
              ttl_seconds, retain_until, key, valid_from, valid_to, superseded_by_id,
-             recorded_at, retired_at)
+             recorded_at, retired_at, written_by)
         VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
                 memory_search_vector(%s::regconfig, {_SEARCH_TEXT_PARAMS}),
                 %s::vector, %s, %s, now(), now(),
                 now() + %s::integer * interval '1 second', %s,
                 now() + %s::integer * interval '1 day',
                 %s, coalesce(%s::timestamptz, now()), %s::timestamptz, %s::uuid, now(),
-                CASE WHEN %s::timestamptz IS NULL THEN NULL ELSE now() END)
+                CASE WHEN %s::timestamptz IS NULL THEN NULL ELSE now() END, %s)
         ON CONFLICT (app_id, user_id, idempotency_key)
             WHERE idempotency_key IS NOT NULL {_REPLACE if replace else "DO NOTHING"}
         RETURNING {ENTRY_COLUMNS}, id = %s
         """,  # noqa: S608 - constant clauses
-        [*values, *fact, fact[2], entry_id],
+        [*values, *fact, fact[2], written_by, entry_id],
     )
     return cursor.fetchone()
 
 
 def _add_version(
-    app: App, user_id: str, new: NewMemory, epoch: int | None, digest: str, values: list
+    app: App,
+    user_id: str,
+    new: NewMemory,
+    epoch: int | None,
+    digest: str,
+    values: list,
+    written_by: str,
 ) -> tuple:
     """Add a version of ``new.key`` where its valid time puts it (``memory.facts.place``),
     cutting short the version it falls inside (its ``supersedes``); its row. The same
@@ -446,10 +456,35 @@ def _add_version(
                 [valid_from, values[0], placement.closes],
             )
         fact = [new.key, valid_from, placement.valid_to, placement.superseded_by]
-        row = _insert(cursor, False, values, fact, values[0])
+        row = _insert(cursor, False, values, fact, values[0], written_by)
         if row is None:
             raise _IdempotencyKeyTaken
+        _prune_versions(cursor, app, user_id, new.key)
     return row
+
+
+def _prune_versions(cursor, app: App, user_id: str, key: str) -> int:
+    """Delete the key's oldest closed versions beyond ``CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS``
+    (oldest in valid time first), except those a retention period or a legal hold keeps;
+    how many. The version after a deleted one keeps its place."""
+    cursor.execute(
+        """
+        DELETE FROM memory_memoryentry WHERE id IN (
+            SELECT id FROM memory_memoryentry
+             WHERE app_id = %s AND user_id = %s AND key = %s AND valid_to IS NOT NULL
+             ORDER BY valid_from, recorded_at
+             LIMIT greatest(0, (SELECT count(*) FROM memory_memoryentry
+                                 WHERE app_id = %s AND user_id = %s AND key = %s) - %s))
+          AND (retain_until IS NULL OR retain_until <= now())
+          AND NOT EXISTS (SELECT 1 FROM memory_memorypolicy p
+                           WHERE p.app_id = memory_memoryentry.app_id AND p.legal_hold)
+          AND NOT EXISTS (SELECT 1 FROM memory_legalhold h
+                           WHERE h.app_id = memory_memoryentry.app_id
+                             AND h.user_id = memory_memoryentry.user_id)
+        """,
+        [app.pk, user_id, key, app.pk, user_id, key, settings.CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS],
+    )
+    return cursor.rowcount
 
 
 def _retained_entry(app: App, user_id: str, key: str) -> ServiceError:
@@ -567,3 +602,70 @@ def touch_memories(app: App, user_id: str, ids: list[str]) -> list[dict]:
         )
         rows = sorted(cursor.fetchall())
     return [{"id": entry_id, "expires_at": expires_at} for entry_id, expires_at in rows]
+
+
+_VERSION_COLUMNS = f"{ENTRY_COLUMNS}, written_by, job_id::text"
+
+
+def _version(row) -> dict:
+    *columns, written_by, job_id = row
+    entry = _entry(columns)
+    entry["written_by"] = {
+        "key_prefix": written_by or None,
+        "job_id": job_id,
+        "event_id": entry["provenance"]["event_id"],
+    }
+    return entry
+
+
+def memory_history(app: App, user_id: str, memory_id: str) -> list[dict]:
+    """The versions of the memory's key (the memory alone when it has none), oldest valid
+    first (at most ``CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS``, as pruning keeps), each with
+    who wrote it; unexpired versions only. 404 as a get is."""
+    entry = get_memory(app, user_id, memory_id)
+    with connection.cursor() as cursor:
+        if entry["key"] is None:
+            where, params = "id = %s", [entry["id"]]
+        else:
+            where, params = "key = %s", [entry["key"]]
+        cursor.execute(
+            f"SELECT {_VERSION_COLUMNS} FROM memory_memoryentry "  # noqa: S608
+            f"WHERE app_id = %s AND user_id = %s AND {where} AND {LIVE} "
+            "ORDER BY valid_from, recorded_at, memory_memoryentry.id LIMIT %s",
+            [app.pk, user_id, *params, settings.CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS + 1],
+        )
+        return [_version(row) for row in cursor.fetchall()]
+
+
+def rollback_memory(
+    app: App, user_id: str, memory_id: str, written_by: str = ""
+) -> tuple[dict, bool]:
+    """A closed version's content and metadata again, as a new version of its key valid
+    from now (superseding the live one); (the new version, created). 409
+    ``memory_not_keyed`` for a memory without a key, 409 ``memory_version_live`` for the
+    live version; the live version's content already: that version (200)."""
+    entry = get_memory(app, user_id, memory_id)
+    if entry["key"] is None:
+        raise ServiceError(
+            "memory_not_keyed",
+            "This memory has no key, so no versions to roll back to.",
+            status_code=409,
+        )
+    if entry["valid_to"] is None:
+        raise ServiceError(
+            "memory_version_live",
+            "This is the live version of its key: there is nothing to roll back.",
+            status_code=409,
+        )
+    new = NewMemory(
+        content=entry["content"],
+        metadata=entry["metadata"],
+        idempotency_key=None,
+        session_id="",
+        event_id="",
+        author="",
+        source_timestamp=None,
+        embed="auto",
+        key=entry["key"],
+    )
+    return add_memory(app, user_id, new, written_by=written_by)

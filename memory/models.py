@@ -68,6 +68,10 @@ class MemoryEntry(models.Model):
         null=True,
         related_name="+",
     )
+    # Who wrote it: the API key's or token's prefix ("" for a worker), and the ingestion job
+    # when one did.
+    written_by = models.CharField(max_length=10, blank=True, db_default="")
+    job_id = models.UUIDField(null=True)
 
     class Meta:
         verbose_name_plural = "memory entries"

@@ -74,6 +74,8 @@ DOCS = {
         "request": {"query": "which seat does Alice like?", "limit": 3},
         "200": HITS,
     },
+    "memories_history": {"summary": "The versions of a memory's key"},
+    "memories_rollback": {"summary": "Restore a version of a memory as a new version"},
     "memories_touch": {
         "summary": "Refresh the time to live of memories",
         "request": {"ids": ["7939cdaa-b97a-4b3a-a805-d87dac3923ce"]},

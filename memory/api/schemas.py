@@ -62,6 +62,17 @@ _PROVENANCE_INPUT = _strict(
         "author": _NULLABLE_ID,
     }
 )
+_WRITER = _strict(
+    {
+        "key_prefix": {
+            **_NULLABLE_STRING,
+            "description": "the writing API key's or token's prefix (null: a worker)",
+        },
+        "job_id": {"type": "string", "format": "uuid", "nullable": True},
+        "event_id": _NULLABLE_STRING,
+    },
+    ["key_prefix", "job_id", "event_id"],
+)
 COMPONENTS = {
     "MemoryCreate": _strict(
         {
@@ -211,6 +222,16 @@ COMPONENTS = {
             "superseded_by",
             "supersedes",
         ],
+    ),
+    "MemoryHistory": _strict(
+        {
+            "versions": {
+                "type": "array",
+                "description": "oldest valid first",
+                "items": {"$ref": "#/components/schemas/MemoryVersion"},
+            }
+        },
+        ["versions"],
     ),
     "MemorySearch": _strict(
         {
@@ -476,6 +497,10 @@ def add_components(result, generator, request, public):
     return result
 
 
+COMPONENTS["MemoryVersion"] = _strict(
+    {**COMPONENTS["Memory"]["properties"], "written_by": _WRITER},
+    [*COMPONENTS["Memory"]["required"], "written_by"],
+)
 _COUNT = {"type": "integer", "minimum": 0}
 _PHASE = {"enum": [phase for phase, _label in OutboxJob.PHASES]}
 COMPONENTS["OutboxAdmission"] = _strict(

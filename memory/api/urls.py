@@ -28,6 +28,16 @@ urlpatterns = [
     # Literal paths above: a memory id is anything else after memories/.
     path(f"{base}/<str:memory_id>", views.MemoryDetailView.as_view(), name="memory"),
     path(
+        f"{base}/<str:memory_id>/history",
+        views.MemoryHistoryView.as_view(),
+        name="memory-history",
+    ),
+    path(
+        f"{base}/<str:memory_id>/rollback",
+        views.MemoryRollbackView.as_view(),
+        name="memory-rollback",
+    ),
+    path(
         "apps/<str:app>/memory-policy",
         governance_views.MemoryPolicyView.as_view(),
         name="memory-policy",

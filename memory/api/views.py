@@ -86,21 +86,14 @@ class MemoryListView(MemoryScopedView):
                 details={"unknown": [echoed(name) for name in unknown[:MAX_ECHOED]], "allowed": []},
             )
         new = entries.parse_new_memory(request.data)
-        credential = request.auth
-        if (
-            new.replace
-            and isinstance(credential, DelegatedCredential)
-            and "memory_delete" not in credential.capabilities
-        ):
+        if new.replace:
             # Replacing in place ends the entry that held the key: a delete as well as an add.
-            raise ServiceError(
-                "capability_denied",
+            _require_delete(
+                request.auth,
                 "Replacing a memory erases the one it replaces: this token needs the "
                 "'memory_delete' capability as well as 'memory_add'.",
-                status_code=403,
-                details={"needed": "memory_delete"},
             )
-        entry, created = entries.add_memory(self.tenant, user, new)
+        entry, created = entries.add_memory(self.tenant, user, new, written_by=request.auth.prefix)
         return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(
@@ -132,6 +125,17 @@ class MemoryListView(MemoryScopedView):
         return Response(erasure.erase_session(self.tenant, user, session, key_prefix))
 
 
+def _require_delete(credential, message: str) -> None:
+    """A user or tool token needs ``memory_delete`` too for a write that ends a memory."""
+    if (
+        isinstance(credential, DelegatedCredential)
+        and "memory_delete" not in credential.capabilities
+    ):
+        raise ServiceError(
+            "capability_denied", message, status_code=403, details={"needed": "memory_delete"}
+        )
+
+
 def _refuse_params(request, names) -> None:
     """A parameter this method does not read is refused, not ignored."""
     given = sorted(set(request.query_params) & set(names))
@@ -159,6 +163,50 @@ class MemoryDetailView(MemoryScopedView):
     def delete(self, request, app, user, memory_id):
         erasure.erase_entry(self.tenant, user, memory_id, request.auth.prefix)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MemoryHistoryView(MemoryScopedView):
+    tool_capabilities = {"GET": "memory_search"}
+
+    @extend_schema(
+        operation_id="memories_history",
+        description="The versions of this memory's key (the memory alone when it has none), "
+        "oldest valid first, each with its clocks, content and who wrote it (the key's or "
+        "token's prefix, the ingestion job, the source event). At most "
+        "`CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS` (default 50): adding a version beyond it "
+        "deletes the oldest closed ones.",
+        responses={200: ref("MemoryHistory")},
+    )
+    def get(self, request, app, user, memory_id):
+        return Response({"versions": entries.memory_history(self.tenant, user, memory_id)})
+
+
+class MemoryRollbackView(MemoryScopedView):
+    # It ends the live version: a token needs memory_delete as well (checked in the view).
+    tool_capabilities = {"POST": "memory_add"}
+
+    @extend_schema(
+        operation_id="memories_rollback",
+        description="Restore this closed version's content and metadata as a new version of "
+        "its key, valid from now, superseding the live one (201). No body. 409 "
+        "`memory_version_live` for the live version, 409 `memory_not_keyed` for a memory "
+        "without a key; 200 with the live version when it already holds that content. A "
+        "token needs `memory_delete` as well as `memory_add`.",
+        request=None,
+        responses={201: ref("Memory"), 200: ref("Memory")},
+    )
+    def post(self, request, app, user, memory_id):
+        if request.data:
+            raise invalid("body", "a rollback takes no body")
+        _require_delete(
+            request.auth,
+            "A rollback ends the live version: this token needs the 'memory_delete' "
+            "capability as well as 'memory_add'.",
+        )
+        entry, created = entries.rollback_memory(
+            self.tenant, user, memory_id, written_by=request.auth.prefix
+        )
+        return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class MemoryTouchView(MemoryScopedView):

@@ -1,5 +1,6 @@
-"""Facts over time: a memory's key, its valid time and record time, and the link to its
-next version; at most one live version per key. Existing entries are backfilled."""
+"""Facts over time: a memory's key, its valid time and record time, the link to its next
+version and who wrote it; at most one live version per key. Existing entries are
+backfilled."""
 
 import django.db.models.deletion
 import django.db.models.functions.datetime
@@ -66,6 +67,16 @@ class Migration(migrations.Migration):
             model_name="memoryentry",
             name="valid_to",
             field=models.DateTimeField(null=True),
+        ),
+        migrations.AddField(
+            model_name="memoryentry",
+            name="written_by",
+            field=models.CharField(blank=True, db_default="", max_length=10),
+        ),
+        migrations.AddField(
+            model_name="memoryentry",
+            name="job_id",
+            field=models.UUIDField(null=True),
         ),
         migrations.AddIndex(
             model_name="memoryentry",

@@ -83,6 +83,13 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
     "api/v1/apps/<str:app>/users/<str:user>/memories/search": {"post": (M, "memory_search")},
     # Refreshing TTLs is part of reading (LangGraph's refresh_ttl): the search capability.
     "api/v1/apps/<str:app>/users/<str:user>/memories/touch": {"post": (M, "memory_add")},
+    "api/v1/apps/<str:app>/users/<str:user>/memories/<str:memory_id>/history": {
+        "get": (M, "memory_search")
+    },
+    # It ends the live version: a token needs memory_delete as well (tests/memory).
+    "api/v1/apps/<str:app>/users/<str:user>/memories/<str:memory_id>/rollback": {
+        "post": (M, "memory_add")
+    },
     "api/v1/apps/<str:app>/users/<str:user>/memories/events": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/ingestions": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/consent": {

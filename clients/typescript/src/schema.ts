@@ -519,6 +519,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/apps/{app}/users/{user}/memories/{memory_id}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The versions of a memory's key
+         * @description The versions of this memory's key (the memory alone when it has none), oldest valid first, each with its clocks, content and who wrote it (the key's or token's prefix, the ingestion job, the source event). At most `CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS` (default 50): adding a version beyond it deletes the oldest closed ones.
+         */
+        get: operations["memories_history"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/users/{user}/memories/{memory_id}/rollback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Restore a version of a memory as a new version
+         * @description Restore this closed version's content and metadata as a new version of its key, valid from now, superseding the live one (201). No body. 409 `memory_version_live` for the live version, 409 `memory_not_keyed` for a memory without a key; 200 with the live version when it already holds that content. A token needs `memory_delete` as well as `memory_add`.
+         */
+        post: operations["memories_rollback"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/apps/{app}/users/{user}/memories/consent": {
         parameters: {
             query?: never;
@@ -2084,6 +2124,10 @@ export interface components {
              */
             supersedes: string | null;
         };
+        MemoryHistory: {
+            /** @description oldest valid first */
+            versions: components["schemas"]["MemoryVersion"][];
+        };
         MemorySearch: {
             query: string;
             /** @enum {unknown} */
@@ -2239,6 +2283,68 @@ export interface components {
             erasure_epoch: number;
             /** Format: date-time */
             erased_at: string;
+        };
+        MemoryVersion: {
+            /** Format: uuid */
+            id: string;
+            content: string;
+            metadata: {
+                [key: string]: unknown;
+            };
+            provenance: {
+                session_id?: string | null;
+                event_id?: string | null;
+                author?: string | null;
+                timestamp?: (string | number) | null;
+            };
+            idempotency_key: string | null;
+            sha256: string;
+            embedding_model: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at: string | null;
+            /** Format: date-time */
+            retain_until: string | null;
+            /** @description the fact it is a version of */
+            key: string | null;
+            /**
+             * Format: date-time
+             * @description valid time: when it became true
+             */
+            valid_from: string;
+            /**
+             * Format: date-time
+             * @description valid time: when its successor became true (null: still true)
+             */
+            valid_to: string | null;
+            /**
+             * Format: date-time
+             * @description record time: when ctxadmin stored it (the server's clock)
+             */
+            recorded_at: string;
+            /**
+             * Format: date-time
+             * @description record time: when ctxadmin first closed it (set with valid_to)
+             */
+            retired_at: string | null;
+            /**
+             * Format: uuid
+             * @description the next version of its key
+             */
+            superseded_by: string | null;
+            /**
+             * Format: uuid
+             * @description the version of its key it cut short
+             */
+            supersedes: string | null;
+            written_by: {
+                /** @description the writing API key's or token's prefix (null: a worker) */
+                key_prefix: string | null;
+                /** Format: uuid */
+                job_id: string | null;
+                event_id: string | null;
+            };
         };
         OutboxAdmission: {
             session_id: string;
@@ -3835,6 +3941,84 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    memories_history: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description a UUID */
+                memory_id: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryHistory"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    memories_rollback: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description a UUID */
+                memory_id: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Memory"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Memory"];
+                };
             };
             /** @description An error */
             default: {

@@ -74,6 +74,16 @@ class MemoryOperations(Runners[D, L, N, B]):
     def get_memory(self, app: str, user_id: str, memory_id: str) -> D:
         return self._one(Call("GET", user_path(app, user_id, "memories", memory_id)))
 
+    def memory_history(self, app: str, user_id: str, memory_id: str) -> D:
+        """``{"versions": [...]}``: the versions of the memory's key, oldest valid first,
+        each with its clocks and who wrote it."""
+        return self._one(Call("GET", user_path(app, user_id, "memories", memory_id, "history")))
+
+    def rollback_memory(self, app: str, user_id: str, memory_id: str) -> D:
+        """Restore the closed version ``memory_id`` as a new version of its key, valid from
+        now: the new version. Not retried (a repeat would add another version)."""
+        return self._one(Call("POST", user_path(app, user_id, "memories", memory_id, "rollback")))
+
     def touch_memories(self, app: str, user_id: str, ids: Sequence[str]) -> D:
         """Refresh the TTL of memories ``ids`` (at most 200): ``{"memories": [{"id",
         "expires_at"}]}``, the live ones with a TTL. Repeating it is harmless, so retried."""

@@ -134,6 +134,12 @@ OPERATIONS: dict[str, Operation] = {
     "memories_delete": Operation("DELETE", _USER + "/memories/{memory_id}", ("delete_memory",)),
     "memories_search": Operation("POST", _USER + "/memories/search", ("search_memory",)),
     "memories_touch": Operation("POST", _USER + "/memories/touch", ("touch_memories",)),
+    "memories_history": Operation(
+        "GET", _USER + "/memories/{memory_id}/history", ("memory_history",)
+    ),
+    "memories_rollback": Operation(
+        "POST", _USER + "/memories/{memory_id}/rollback", ("rollback_memory",)
+    ),
     "memories_add_events": Operation("POST", _USER + "/memories/events", ("add_events_to_memory",)),
     "memories_ingestions_admit": Operation(
         "POST", _USER + "/memories/ingestions", ("ingest_session",)
