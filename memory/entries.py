@@ -357,8 +357,7 @@ def add_memory(
                 lock_scope(app, user_id, shared=True)
                 if epoch is not None:
                     check_epoch(app, user_id, epoch)
-            valid_from = new.valid_from or new.source_timestamp
-            fact = [None, valid_from, None, None]
+            fact = [None, new.valid_from, None, None]
             row = _insert(cursor, new.replace, values, fact, entry_id, written_by)
             if row is None and new.replace:  # a retention period or a legal hold keeps it
                 governance.refuse_if_held(app, user_id)
@@ -386,8 +385,9 @@ def _insert(
     cursor, replace: bool, values: list, fact: list, entry_id, written_by: str
 ) -> tuple | None:
     """Insert one entry (``values`` in the order of the columns below, ``fact``: its key,
-    valid_from (NULL: now), valid_to and successor); its row and whether it is new, or None
-    when its idempotency key is taken (and not replaced)."""
+    valid_from (NULL: its source event's time, else now; a source time after now is now),
+    valid_to and successor); its row and whether it is new, or None when its idempotency
+    key is taken (and not replaced)."""
     cursor.execute(
         f"""
         INSERT INTO memory_memoryentry
@@ -401,13 +401,14 @@ def _insert(
                 %s::vector, %s, %s, now(), now(),
                 now() + %s::integer * interval '1 second', %s,
                 now() + %s::integer * interval '1 day',
-                %s, coalesce(%s::timestamptz, now()), %s::timestamptz, %s::uuid, now(),
+                %s, coalesce(%s::timestamptz, least(coalesce(%s::timestamptz, now()), now())),
+                %s::timestamptz, %s::uuid, now(),
                 CASE WHEN %s::timestamptz IS NULL THEN NULL ELSE now() END, %s)
         ON CONFLICT (app_id, user_id, idempotency_key)
             WHERE idempotency_key IS NOT NULL {_REPLACE if replace else "DO NOTHING"}
         RETURNING {ENTRY_COLUMNS}, id = %s
         """,  # noqa: S608 - constant clauses
-        [*values, *fact, fact[2], written_by, entry_id],
+        [*values, fact[0], fact[1], values[10], *fact[2:], fact[2], written_by, entry_id],
     )
     return cursor.fetchone()
 
@@ -447,7 +448,9 @@ def _add_version(
         if now is None:
             cursor.execute("SELECT now()")
             now = cursor.fetchone()[0]
-        valid_from = new.valid_from or new.source_timestamp or now
+        # A source event's time after the add time (a skewed clock) is the add time.
+        source = new.source_timestamp
+        valid_from = new.valid_from or (min(source, now) if source is not None else now)
         placement = place([Version(r[0], r[1], r[2], r[3]) for r in rows], valid_from)
         if placement.closes is not None:
             cursor.execute(

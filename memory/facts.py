@@ -108,15 +108,18 @@ def visible(
     return valid_to > as_of
 
 
-# ``visible`` over a memory row, for a reader at (as_of, known_at), each NULL for now.
+# ``visible`` over a memory row, for a reader at (as_of, known_at), each NULL for now. Now is
+# the reading statement's time (not its transaction's): a row written earlier in the same
+# transaction is seen.
+_NOW = "statement_timestamp()"
 _VISIBLE_SQL = (
-    "(valid_from <= coalesce(%s::timestamptz, now())"
-    " AND (valid_to IS NULL OR valid_to > coalesce(%s::timestamptz, now())"
-    " OR retired_at > coalesce(%s::timestamptz, now()))"
-    " AND recorded_at <= coalesce(%s::timestamptz, now()))"
+    f"(valid_from <= coalesce(%s::timestamptz, {_NOW})"
+    f" AND (valid_to IS NULL OR valid_to > coalesce(%s::timestamptz, {_NOW})"
+    f" OR retired_at > coalesce(%s::timestamptz, {_NOW}))"
+    f" AND recorded_at <= coalesce(%s::timestamptz, {_NOW}))"
 )
 # The default reader (valid now, as known now): the versions open now.
-CURRENT_SQL = "(valid_from <= now() AND (valid_to IS NULL OR valid_to > now()))"
+CURRENT_SQL = f"(valid_from <= {_NOW} AND (valid_to IS NULL OR valid_to > {_NOW}))"
 
 
 def validity_sql(as_of: datetime | None, known_at: datetime | None) -> tuple[str, list]:

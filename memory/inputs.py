@@ -176,7 +176,7 @@ def with_validity(sql: str, params: list, as_of: Any, known_at: Any) -> tuple[st
     validity, validity_params = facts.validity_sql(
         facts.parse_instant(as_of, "as_of"), facts.parse_instant(known_at, "known_at")
     )
-    if not sql:
+    if not sql or sql == "TRUE":
         return validity, validity_params
     return f"{validity} AND ({sql})", [*validity_params, *params]
 

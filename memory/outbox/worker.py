@@ -177,7 +177,7 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
                octet_length(i.content), statement_timestamp(), statement_timestamp(),
                statement_timestamp() + %s::integer * interval '1 second',
                statement_timestamp() + %s::integer * interval '1 day',
-               coalesce(i.ts::timestamptz, statement_timestamp()), statement_timestamp(), %s
+               least(coalesce(i.ts::timestamptz, now()), now()), now(), %s
           FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
                       %s::text[], %s::text[], %s::text[])
                AS i(id, content, digest, metadata, key, event_id, author, ts, vector)

@@ -205,6 +205,18 @@ class TestTwoClocks:
         assert entry["valid_from"].startswith("2026-05-01T10:00:00")
         assert entry["recorded_at"] > entry["valid_from"]
 
+    def test_a_source_time_after_the_add_time_is_the_add_time(self, api):
+        for key in ("preference.seat", None):
+            entry = add(
+                api,
+                content=f"seat aisle {key}",
+                key=key,
+                provenance={"timestamp": "2099-01-01T00:00:00Z"},
+            )
+            assert entry["valid_from"] == entry["recorded_at"]
+            assert entry["provenance"]["timestamp"].startswith("2099-01-01")
+        assert len(found(api)) == 2
+
     def test_unkeyed_memories_answer_as_today(self, api):
         add(api, content="seat aisle")
         add(api, content="seat window", valid_from="2026-03-01T00:00:00Z")
