@@ -151,3 +151,23 @@ def test_a_token_needs_memory_add_and_memory_delete_to_roll_back(monkeypatch):
     restored = rollback(token(["memory_add", "memory_delete"]), aisle["id"])
     assert restored["content"] == "seat aisle"
     assert history(token(["memory_add"]), aisle["id"], 403)
+
+
+@pytest.mark.django_db
+def test_an_ingested_memory_names_its_job_and_source_event(api, monkeypatch):
+    from memory.outbox import worker
+    from memory.tasks import drain_outbox
+    from tests.outbox_helpers import admit, session_with_events
+
+    monkeypatch.setattr(drain_outbox, "delay_on_commit", lambda *a, **k: None)
+    session_with_events(api, "acme", "alice", "s1", 1)
+    admitted = admit(api, "acme", "alice", "s1").json()
+    worker.drain()
+    (entry,) = api.get(BASE).json()["results"]
+    (version,) = history(api, entry["id"])["versions"]
+    assert version["written_by"] == {
+        "key_prefix": None,
+        "job_id": admitted["job_id"],
+        "event_id": entry["provenance"]["event_id"],
+    }
+    assert version["written_by"]["event_id"]
