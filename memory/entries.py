@@ -357,6 +357,8 @@ def add_memory(
                 lock_scope(app, user_id, shared=True)
                 if epoch is not None:
                     check_epoch(app, user_id, epoch)
+            if new.replace:
+                _refuse_replacing_a_version(cursor, app, user_id, new.idempotency_key)
             fact = [None, new.valid_from, None, None]
             row = _insert(cursor, new.replace, values, fact, entry_id, written_by)
             if row is None and new.replace:  # a retention period or a legal hold keeps it
@@ -375,6 +377,23 @@ def add_memory(
     if vector is None:
         wake("memory.embed_pending")
     return _entry(columns), created
+
+
+def _refuse_replacing_a_version(cursor, app: App, user_id: str, idempotency_key: str) -> None:
+    """A version of a keyed memory is never rewritten in place: 409 ``memory_keyed``. (Under
+    the scope lock, which keyed adds take exclusively: the answer holds to the write.)"""
+    cursor.execute(
+        "SELECT key FROM memory_memoryentry "
+        "WHERE app_id = %s AND user_id = %s AND idempotency_key = %s AND key IS NOT NULL",
+        [app.pk, user_id, idempotency_key],
+    )
+    if cursor.fetchone() is not None:
+        raise ServiceError(
+            "memory_keyed",
+            "This idempotency key names a version of a memory with a key, which is never "
+            "replaced in place: add a new version with its key.",
+            status_code=409,
+        )
 
 
 class _IdempotencyKeyTaken(Exception):

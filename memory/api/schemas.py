@@ -110,7 +110,8 @@ COMPONENTS = {
                 "expired) takes this write's content, metadata and terms in place, in one "
                 "statement (200; 201 when none held it); concurrent replaces of one key leave "
                 "one entry. 409 `legal_hold` or `memory_retained` as erasing it would be. "
-                "Refused (400) with a `key`.",
+                "Refused (400) with a `key`; 409 `memory_keyed` when the idempotency key "
+                "names a version of a memory with a key (never rewritten in place).",
             },
             "key": {
                 "type": "string",

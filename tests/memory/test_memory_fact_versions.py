@@ -127,6 +127,12 @@ class TestSupersession:
         add(api, status=400, content="seat: window", key="preference.seat", erasure_epoch=3)
         assert get(api, live["id"])["valid_to"] is None
 
+    def test_a_version_is_never_replaced_in_place(self, api):
+        version = add(api, content="seat aisle", key="preference.seat", idempotency_key="i1")
+        refused = add(api, status=409, content="seat window", idempotency_key="i1", replace=True)
+        assert refused["error"]["code"] == "memory_keyed"
+        assert get(api, version["id"])["content"] == "seat aisle"
+
     def test_deleting_a_successor_unlinks_its_predecessor(self, api):
         old = add(api, content="seat: aisle", key="preference.seat")
         new = add(api, content="seat: window", key="preference.seat")

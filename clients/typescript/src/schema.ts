@@ -2045,7 +2045,7 @@ export interface components {
             /** @description The entry's own time to live (default: the app policy's `default_ttl_seconds`); at most that default and at least the policy's `retention_days` in seconds, when set (else 400 `validation_error`). A touch (`POST .../memories/touch`) restarts it. */
             ttl_seconds?: number | null;
             /**
-             * @description With an `idempotency_key`: the entry holding the key (live or expired) takes this write's content, metadata and terms in place, in one statement (200; 201 when none held it); concurrent replaces of one key leave one entry. 409 `legal_hold` or `memory_retained` as erasing it would be. Refused (400) with a `key`.
+             * @description With an `idempotency_key`: the entry holding the key (live or expired) takes this write's content, metadata and terms in place, in one statement (200; 201 when none held it); concurrent replaces of one key leave one entry. 409 `legal_hold` or `memory_retained` as erasing it would be. Refused (400) with a `key`; 409 `memory_keyed` when the idempotency key names a version of a memory with a key (never rewritten in place).
              * @default false
              */
             replace?: boolean;
