@@ -165,6 +165,10 @@ CTXADMIN_MEMORY_MAX_METADATA_BYTES = env.int(
     "CTXADMIN_MEMORY_MAX_METADATA_BYTES", 16 * 1024, minimum=256, maximum=1024 * 1024
 )
 CTXADMIN_MEMORY_MAX_PER_SCOPE = env.int("CTXADMIN_MEMORY_MAX_PER_SCOPE", 100_000, minimum=1)
+# Versions kept per memory key: adding one more deletes the oldest closed ones beyond it.
+CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS = env.int(
+    "CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS", 50, minimum=2
+)
 CTXADMIN_MEMORY_MAX_TOTAL = env.int("CTXADMIN_MEMORY_MAX_TOTAL", 10_000_000, minimum=1)
 CTXADMIN_MEMORY_TS_CONFIG = env.str("CTXADMIN_MEMORY_TS_CONFIG", "english")
 

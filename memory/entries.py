@@ -21,6 +21,7 @@ from ctxadmin.models import App
 from ctxadmin.pruning import echoed, is_secret_key, looks_like_secret
 from ctxadmin.wake import wake
 from memory import embedders, governance
+from memory.facts import Version, parse_fact_key, parse_instant, place
 from memory.inputs import (
     ADD_KEYS,
     BATCH_KEYS,
@@ -146,6 +147,10 @@ def parse_new_memory(body: Any) -> NewMemory:
         raise invalid("replace", "must be true or false")
     if replace and key is None:
         raise invalid("replace", "needs an idempotency_key (the entry to replace)")
+    fact_key = parse_fact_key(body.get("key"))
+    if fact_key is not None and replace:
+        raise invalid("replace", "does not apply to a memory with a key (it supersedes instead)")
+    valid_from = parse_instant(body.get("valid_from"), "valid_from")
     if looks_like_secret(content):
         raise ServiceError(
             "sensitive_memory_content",
@@ -164,6 +169,8 @@ def parse_new_memory(body: Any) -> NewMemory:
         erasure_epoch=epoch,
         ttl_seconds=ttl_seconds,
         replace=replace,
+        key=fact_key,
+        valid_from=valid_from,
     )
 
 
@@ -202,7 +209,11 @@ ENTRY_COLUMNS = (
     "id::text, content, metadata, session_id, event_id, author, "
     "to_json(source_timestamp) #>> '{}', to_json(created_at) #>> '{}', "
     "embedding_model, content_sha256, idempotency_key, "
-    "to_json(expires_at) #>> '{}', to_json(retain_until) #>> '{}'"
+    "to_json(expires_at) #>> '{}', to_json(retain_until) #>> '{}', key, "
+    "to_json(valid_from) #>> '{}', to_json(valid_to) #>> '{}', "
+    "to_json(recorded_at) #>> '{}', to_json(retired_at) #>> '{}', superseded_by_id::text, "
+    "(SELECT p.id::text FROM memory_memoryentry p "
+    "WHERE p.superseded_by_id = memory_memoryentry.id LIMIT 1)"
 )
 
 
@@ -221,6 +232,13 @@ def _entry(row) -> dict:
         key,
         expires_at,
         retain_until,
+        fact_key,
+        valid_from,
+        valid_to,
+        recorded_at,
+        retired_at,
+        superseded_by,
+        supersedes,
     ) = row
     return {
         "id": entry_id,
@@ -238,6 +256,13 @@ def _entry(row) -> dict:
         "created_at": created_at,
         "expires_at": expires_at,
         "retain_until": retain_until,
+        "key": fact_key,
+        "valid_from": valid_from,
+        "valid_to": valid_to,
+        "recorded_at": recorded_at,
+        "retired_at": retired_at,
+        "superseded_by": superseded_by,
+        "supersedes": supersedes,
     }
 
 
@@ -253,7 +278,8 @@ _REPLACE = """
         embedding = EXCLUDED.embedding, embedding_model = EXCLUDED.embedding_model,
         embed_failures = 0, content_bytes = EXCLUDED.content_bytes, created_at = now(),
         updated_at = now(), expires_at = EXCLUDED.expires_at,
-        ttl_seconds = EXCLUDED.ttl_seconds, retain_until = EXCLUDED.retain_until
+        ttl_seconds = EXCLUDED.ttl_seconds, retain_until = EXCLUDED.retain_until,
+        valid_from = EXCLUDED.valid_from, recorded_at = now(), written_by = EXCLUDED.written_by
     WHERE (memory_memoryentry.retain_until IS NULL OR memory_memoryentry.retain_until <= now())
       AND NOT EXISTS (SELECT 1 FROM memory_memorypolicy p
                        WHERE p.app_id = memory_memoryentry.app_id AND p.legal_hold)
@@ -264,10 +290,10 @@ _REPLACE = """
 
 
 def add_memory(
-    app: App, user_id: str, new: NewMemory, epoch: int | None = None
+    app: App, user_id: str, new: NewMemory, epoch: int | None = None, written_by: str = ""
 ) -> tuple[dict, bool]:
     """(the entry, created); see ``_add``."""
-    entry, created, pending = _add(app, user_id, new, epoch)
+    entry, created, pending = _add(app, user_id, new, epoch, written_by)
     if pending:
         wake("memory.embed_pending")
     return entry, created
@@ -300,7 +326,9 @@ def _in_batch(exc: ServiceError, index: int) -> ServiceError:
     )
 
 
-def add_memories(app: App, user_id: str, news: list[NewMemory]) -> list[tuple[dict, bool]]:
+def add_memories(
+    app: App, user_id: str, news: list[NewMemory], written_by: str = ""
+) -> list[tuple[dict, bool]]:
     """Each of ``news`` added as ``add_memory`` adds it, all in one transaction: every add
     lands, or (the first refusal raised, naming its index) none does. Adds are applied in
     the order of their idempotency keys (a stable sort, so two adds of one key keep their
@@ -312,7 +340,7 @@ def add_memories(app: App, user_id: str, news: list[NewMemory]) -> list[tuple[di
     with transaction.atomic():
         for index in order:
             try:
-                entry, created, waiting = _add(app, user_id, news[index])
+                entry, created, waiting = _add(app, user_id, news[index], None, written_by)
             except ServiceError as exc:
                 raise _in_batch(exc, index) from None
             results[index] = (entry, created)
@@ -323,7 +351,7 @@ def add_memories(app: App, user_id: str, news: list[NewMemory]) -> list[tuple[di
 
 
 def _add(
-    app: App, user_id: str, new: NewMemory, epoch: int | None = None
+    app: App, user_id: str, new: NewMemory, epoch: int | None = None, written_by: str = ""
 ) -> tuple[dict, bool, bool]:
     """(the entry, created, waiting for its embedding). The same idempotency key with the
     same content is the same entry; with other content, 409 ``idempotency_conflict``.
@@ -337,7 +365,8 @@ def _add(
     The app's memory policy applies: without the user's consent where it is required, 403
     ``consent_required``; its TTL and retention are stamped on the entry. ``epoch`` (else
     ``new.erasure_epoch``) is the scope's erasure epoch the write was prepared at: older
-    than the current one, 409 ``memory_erasure_epoch_stale`` and nothing is written."""
+    than the current one, 409 ``memory_erasure_epoch_stale`` and nothing is written.
+    ``written_by``: the writing key's or token's prefix, kept for the history."""
     terms = governance.write_terms(app, user_id, new.ttl_seconds)
     epoch = new.erasure_epoch if epoch is None else parse_epoch(epoch, "epoch")
     if epoch is not None:
@@ -355,58 +384,49 @@ def _add(
     if sync:
         vector = embed_one(embedder, new.content)
     entry_id = uuid.uuid4()
-    with transaction.atomic(), connection.cursor() as cursor:
-        if epoch is not None or new.replace:
-            # Ordered after any erasure of the scope (checked again) and any legal hold
-            # being placed on it.
-            lock_scope(app, user_id, shared=True)
-            if epoch is not None:
-                check_epoch(app, user_id, epoch)
-        cursor.execute(
-            f"""
-            INSERT INTO memory_memoryentry
-                (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
-                 session_id, event_id, author, source_timestamp, search, embedding,
-                 embedding_model, content_bytes, created_at, updated_at, expires_at,
-                 ttl_seconds, retain_until)
-            VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
-                    memory_search_vector(%s::regconfig, {_SEARCH_TEXT_PARAMS}),
-                    %s::vector, %s, %s, now(), now(),
-                    now() + %s::integer * interval '1 second', %s,
-                    now() + %s::integer * interval '1 day')
-            ON CONFLICT (app_id, user_id, idempotency_key)
-                WHERE idempotency_key IS NOT NULL {_REPLACE if new.replace else "DO NOTHING"}
-            RETURNING {ENTRY_COLUMNS}, id = %s
-            """,  # noqa: S608 - constant clauses
-            [
-                entry_id,
-                app.pk,
-                user_id,
-                new.content,
-                digest,
-                canonical_json(new.metadata).decode("utf-8"),
-                new.idempotency_key,
-                new.session_id,
-                new.event_id,
-                new.author,
-                new.source_timestamp,
-                settings.CTXADMIN_MEMORY_TS_CONFIG,
-                new.author,
-                new.source_timestamp,
-                new.content,
-                None if vector is None else vector_text(vector),
-                embedder.name if vector is not None else "",
-                len(new.content.encode("utf-8")),
-                terms.ttl_seconds,
-                terms.ttl_seconds,
-                terms.retention_days,
-                entry_id,
-            ],
-        )
-        row = cursor.fetchone()
-        if row is None and new.replace:  # a retention period or a legal hold keeps it
-            governance.refuse_if_held(app, user_id)
-            raise _retained_entry(app, user_id, new.idempotency_key)
+    values = [
+        entry_id,
+        app.pk,
+        user_id,
+        new.content,
+        digest,
+        canonical_json(new.metadata).decode("utf-8"),
+        new.idempotency_key,
+        new.session_id,
+        new.event_id,
+        new.author,
+        new.source_timestamp,
+        settings.CTXADMIN_MEMORY_TS_CONFIG,
+        new.author,
+        new.source_timestamp,
+        new.content,
+        None if vector is None else vector_text(vector),
+        embedder.name if vector is not None else "",
+        len(new.content.encode("utf-8")),
+        terms.ttl_seconds,
+        terms.ttl_seconds,
+        terms.retention_days,
+    ]
+    if new.key is not None:
+        try:
+            row = _add_version(app, user_id, new, epoch, digest, values, written_by)
+        except _IdempotencyKeyTaken:
+            row = None
+    else:
+        with transaction.atomic(), connection.cursor() as cursor:
+            if epoch is not None or new.replace:
+                # Ordered after any erasure of the scope (checked again) and any legal hold
+                # being placed on it.
+                lock_scope(app, user_id, shared=True)
+                if epoch is not None:
+                    check_epoch(app, user_id, epoch)
+            if new.replace:
+                _refuse_replacing_a_version(cursor, app, user_id, new.idempotency_key)
+            fact = [None, new.valid_from, None, None]
+            row = _insert(cursor, new.replace, values, fact, entry_id, written_by)
+            if row is None and new.replace:  # a retention period or a legal hold keeps it
+                governance.refuse_if_held(app, user_id)
+                raise _retained_entry(app, user_id, new.idempotency_key)
     if row is None:  # another request with this key won the race
         existing = _by_key(app, user_id, new.idempotency_key)
         if existing is None:  # the key is held by an expired entry still retained or held
@@ -418,6 +438,136 @@ def _add(
         return _same_or_conflict(existing, digest), False, False
     *columns, created = row
     return _entry(columns), created, vector is None
+
+
+def _refuse_replacing_a_version(cursor, app: App, user_id: str, idempotency_key: str) -> None:
+    """A version of a keyed memory is never rewritten in place: 409 ``memory_keyed``. (Under
+    the scope lock, which keyed adds take exclusively: the answer holds to the write.)"""
+    cursor.execute(
+        "SELECT key FROM memory_memoryentry "
+        "WHERE app_id = %s AND user_id = %s AND idempotency_key = %s AND key IS NOT NULL",
+        [app.pk, user_id, idempotency_key],
+    )
+    if cursor.fetchone() is not None:
+        raise ServiceError(
+            "memory_keyed",
+            "This idempotency key names a version of a memory with a key, which is never "
+            "replaced in place: add a new version with its key.",
+            status_code=409,
+        )
+
+
+class _IdempotencyKeyTaken(Exception):
+    """A keyed add lost its idempotency key to a concurrent add: its transaction is undone."""
+
+
+def _insert(
+    cursor, replace: bool, values: list, fact: list, entry_id, written_by: str
+) -> tuple | None:
+    """Insert one entry (``values`` in the order of the columns below, ``fact``: its key,
+    valid_from (NULL: its source event's time, else now; a source time after now is now),
+    valid_to and successor); its row and whether it is new, or None when its idempotency
+    key is taken (and not replaced)."""
+    cursor.execute(
+        f"""
+        INSERT INTO memory_memoryentry
+            (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
+             session_id, event_id, author, source_timestamp, search, embedding,
+             embedding_model, content_bytes, created_at, updated_at, expires_at,
+             ttl_seconds, retain_until, key, valid_from, valid_to, superseded_by_id,
+             recorded_at, retired_at, written_by)
+        VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
+                memory_search_vector(%s::regconfig, {_SEARCH_TEXT_PARAMS}),
+                %s::vector, %s, %s, now(), now(),
+                now() + %s::integer * interval '1 second', %s,
+                now() + %s::integer * interval '1 day',
+                %s, coalesce(%s::timestamptz, least(coalesce(%s::timestamptz, now()), now())),
+                %s::timestamptz, %s::uuid, now(),
+                CASE WHEN %s::timestamptz IS NULL THEN NULL ELSE now() END, %s)
+        ON CONFLICT (app_id, user_id, idempotency_key)
+            WHERE idempotency_key IS NOT NULL {_REPLACE if replace else "DO NOTHING"}
+        RETURNING {ENTRY_COLUMNS}, id = %s
+        """,  # noqa: S608 - constant clauses
+        [*values, fact[0], fact[1], values[10], *fact[2:], fact[2], written_by, entry_id],
+    )
+    return cursor.fetchone()
+
+
+def _add_version(
+    app: App,
+    user_id: str,
+    new: NewMemory,
+    epoch: int | None,
+    digest: str,
+    values: list,
+    written_by: str,
+) -> tuple:
+    """Add a version of ``new.key`` where its valid time puts it (``memory.facts.place``),
+    cutting short the version it falls inside (its ``supersedes``); its row. The same
+    content as the key's live version is that version."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        # One placement at a time per scope: the versions read here stay as read.
+        lock_scope(app, user_id)
+        if epoch is not None:
+            check_epoch(app, user_id, epoch)
+        cursor.execute(
+            f"SELECT id::text, valid_from, valid_to, superseded_by_id::text, content_sha256, "  # noqa: S608
+            f"{LIVE}, now() FROM memory_memoryentry "
+            "WHERE app_id = %s AND user_id = %s AND key = %s",
+            [app.pk, user_id, new.key],
+        )
+        rows = cursor.fetchall()
+        now = rows[0][6] if rows else None
+        for entry_id, _start, end, _next, sha, live, _now in rows:
+            if end is None and live and sha == digest:
+                cursor.execute(
+                    f"SELECT {ENTRY_COLUMNS}, false FROM memory_memoryentry WHERE id = %s",  # noqa: S608
+                    [entry_id],
+                )
+                return cursor.fetchone()
+        if now is None:
+            cursor.execute("SELECT now()")
+            now = cursor.fetchone()[0]
+        # A source event's time after the add time (a skewed clock) is the add time.
+        source = new.source_timestamp
+        valid_from = new.valid_from or (min(source, now) if source is not None else now)
+        placement = place([Version(r[0], r[1], r[2], r[3]) for r in rows], valid_from)
+        if placement.closes is not None:
+            cursor.execute(
+                "UPDATE memory_memoryentry SET valid_to = %s, superseded_by_id = %s, "
+                "retired_at = coalesce(retired_at, now()), updated_at = now() WHERE id = %s",
+                [valid_from, values[0], placement.closes],
+            )
+        fact = [new.key, valid_from, placement.valid_to, placement.superseded_by]
+        row = _insert(cursor, False, values, fact, values[0], written_by)
+        if row is None:
+            raise _IdempotencyKeyTaken
+        _prune_versions(cursor, app, user_id, new.key)
+    return row
+
+
+def _prune_versions(cursor, app: App, user_id: str, key: str) -> int:
+    """Delete the key's oldest closed versions beyond ``CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS``
+    (oldest in valid time first), except those a retention period or a legal hold keeps;
+    how many. The version after a deleted one keeps its place."""
+    cursor.execute(
+        """
+        DELETE FROM memory_memoryentry WHERE id IN (
+            SELECT id FROM memory_memoryentry
+             WHERE app_id = %s AND user_id = %s AND key = %s AND valid_to IS NOT NULL
+             ORDER BY valid_from, recorded_at
+             LIMIT greatest(0, (SELECT count(*) FROM memory_memoryentry
+                                 WHERE app_id = %s AND user_id = %s AND key = %s) - %s))
+          AND (retain_until IS NULL OR retain_until <= now())
+          AND NOT EXISTS (SELECT 1 FROM memory_memorypolicy p
+                           WHERE p.app_id = memory_memoryentry.app_id AND p.legal_hold)
+          AND NOT EXISTS (SELECT 1 FROM memory_legalhold h
+                           WHERE h.app_id = memory_memoryentry.app_id
+                             AND h.user_id = memory_memoryentry.user_id)
+        """,
+        [app.pk, user_id, key, app.pk, user_id, key, settings.CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS],
+    )
+    return cursor.rowcount
 
 
 def _retained_entry(app: App, user_id: str, key: str) -> ServiceError:
@@ -540,3 +690,70 @@ def touch_memories(app: App, user_id: str, ids: list[str]) -> list[dict]:
         )
         rows = sorted(cursor.fetchall())
     return [{"id": entry_id, "expires_at": expires_at} for entry_id, expires_at in rows]
+
+
+_VERSION_COLUMNS = f"{ENTRY_COLUMNS}, written_by, job_id::text"
+
+
+def _version(row) -> dict:
+    *columns, written_by, job_id = row
+    entry = _entry(columns)
+    entry["written_by"] = {
+        "key_prefix": written_by or None,
+        "job_id": job_id,
+        "event_id": entry["provenance"]["event_id"],
+    }
+    return entry
+
+
+def memory_history(app: App, user_id: str, memory_id: str) -> list[dict]:
+    """The versions of the memory's key (the memory alone when it has none), oldest valid
+    first (at most ``CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS``, as pruning keeps), each with
+    who wrote it; unexpired versions only. 404 as a get is."""
+    entry = get_memory(app, user_id, memory_id)
+    with connection.cursor() as cursor:
+        if entry["key"] is None:
+            where, params = "id = %s", [entry["id"]]
+        else:
+            where, params = "key = %s", [entry["key"]]
+        cursor.execute(
+            f"SELECT {_VERSION_COLUMNS} FROM memory_memoryentry "  # noqa: S608
+            f"WHERE app_id = %s AND user_id = %s AND {where} AND {LIVE} "
+            "ORDER BY valid_from, recorded_at, memory_memoryentry.id LIMIT %s",
+            [app.pk, user_id, *params, settings.CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS + 1],
+        )
+        return [_version(row) for row in cursor.fetchall()]
+
+
+def rollback_memory(
+    app: App, user_id: str, memory_id: str, written_by: str = ""
+) -> tuple[dict, bool]:
+    """A closed version's content and metadata again, as a new version of its key valid
+    from now (superseding the live one); (the new version, created). 409
+    ``memory_not_keyed`` for a memory without a key, 409 ``memory_version_live`` for the
+    live version; the live version's content already: that version (200)."""
+    entry = get_memory(app, user_id, memory_id)
+    if entry["key"] is None:
+        raise ServiceError(
+            "memory_not_keyed",
+            "This memory has no key, so no versions to roll back to.",
+            status_code=409,
+        )
+    if entry["valid_to"] is None:
+        raise ServiceError(
+            "memory_version_live",
+            "This is the live version of its key: there is nothing to roll back.",
+            status_code=409,
+        )
+    new = NewMemory(
+        content=entry["content"],
+        metadata=entry["metadata"],
+        idempotency_key=None,
+        session_id="",
+        event_id="",
+        author="",
+        source_timestamp=None,
+        embed="auto",
+        key=entry["key"],
+    )
+    return add_memory(app, user_id, new, written_by=written_by)

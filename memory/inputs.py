@@ -16,6 +16,7 @@ from typing import Any
 from ctxadmin.api.jsonsafe import JsonInputError, loads_strict
 from ctxadmin.errors import invalid, strict_object
 from ctxadmin.pruning import echoed, is_secret_key
+from memory import facts
 from memory import filters as memory_filters
 
 REDACTED = "[redacted]"
@@ -29,6 +30,8 @@ ADD_KEYS = frozenset(
         "erasure_epoch",
         "ttl_seconds",
         "replace",
+        "key",
+        "valid_from",
     }
 )
 PROVENANCE_KEYS = frozenset({"session_id", "event_id", "author", "timestamp"})
@@ -42,7 +45,9 @@ KEY = re.compile(rf"^{KEY_PATTERN}\Z")
 # A provenance identifier (session, event, author).
 ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 UUID = re.compile(r"^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\Z")
-SEARCH_KEYS = frozenset({"query", "mode", "filter", "limit", "min_score", "weights"})
+SEARCH_KEYS = frozenset(
+    {"query", "mode", "filter", "limit", "min_score", "weights", "as_of", "known_at"}
+)
 MODES = ("lexical", "vector", "hybrid")
 MAX_SEARCH_LIMIT = 100
 MAX_QUERY_BYTES = 4096
@@ -81,6 +86,11 @@ class NewMemory:
     ttl_seconds: int | None = None
     # With an idempotency key: an entry holding the key is replaced by this one, in place.
     replace: bool = False
+    # The fact this is a version of (``memory/facts.py``): it supersedes the key's version
+    # it falls inside in valid time.
+    key: str | None = None
+    # When it became true (None: the provenance timestamp, else the add time).
+    valid_from: Any = None
 
 
 def redact_metadata(value: Any) -> Any:
@@ -156,25 +166,43 @@ def parse_search(body: Any) -> SearchRequest:
         sql, params = memory_filters.compile_filter(body.get("filter"))
     except memory_filters.FilterError as exc:
         raise invalid(exc.path, exc.message) from None
+    sql, params = with_validity(sql, params, body.get("as_of"), body.get("known_at"))
     return SearchRequest(query, mode, sql, params, limit, min_score, weights)
+
+
+def with_validity(sql: str, params: list, as_of: Any, known_at: Any) -> tuple[str, list]:
+    """A compiled filter narrowed to the versions valid at ``as_of`` as known at
+    ``known_at`` (``memory.facts.visible``; each absent: now)."""
+    validity, validity_params = facts.validity_sql(
+        facts.parse_instant(as_of, "as_of"), facts.parse_instant(known_at, "known_at")
+    )
+    if not sql or sql == "TRUE":
+        return validity, validity_params
+    return f"{validity} AND ({sql})", [*validity_params, *params]
 
 
 # The filter language nests three levels at most ({key: {"$in": [...]}}).
 MAX_LIST_FILTER_DEPTH = 8
 
 
-def parse_list_filter(raw: str | None) -> tuple[str, list]:
-    """``?filter=`` of the memory list: the search's filter object, as JSON text."""
-    if raw is None:
-        return "", []
+def parse_list_filter(
+    raw: str | None, as_of: str | None = None, known_at: str | None = None
+) -> tuple[str, list]:
+    """``?filter=`` of the memory list (the search's filter object, as JSON text) and its
+    ``?as_of=`` and ``?known_at=``, as one condition."""
+    value = None
+    if raw is not None:
+        try:
+            value = loads_strict(raw.encode("utf-8"), MAX_LIST_FILTER_DEPTH, name="filter")
+        except JsonInputError as error:
+            raise invalid(
+                "filter", f"must be a JSON object (URL-encoded); {error.message}"
+            ) from None
     try:
-        value = loads_strict(raw.encode("utf-8"), MAX_LIST_FILTER_DEPTH, name="filter")
-    except JsonInputError as error:
-        raise invalid("filter", f"must be a JSON object (URL-encoded); {error.message}") from None
-    try:
-        return memory_filters.compile_filter(value)
+        sql, params = memory_filters.compile_filter(value)
     except memory_filters.FilterError as exc:
         raise invalid(exc.path, exc.message) from None
+    return with_validity(sql, params, as_of, known_at)
 
 
 # ----------------------------------------------------------------------------- governance

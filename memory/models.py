@@ -49,6 +49,29 @@ class MemoryEntry(models.Model):
     ttl_seconds = models.PositiveIntegerField(null=True)
     # The app's ``retention_days`` at write time: entry and session erasure refuse before it.
     retain_until = models.DateTimeField(null=True)
+    # Facts over time (``memory/facts.py``). ``key``: the fact this entry is a version of
+    # (``preference.seat``); NULL: a memory of its own. Valid time: when it was true in the
+    # world (``valid_to`` NULL: still true). Record time: when ctxadmin learned it and when
+    # it closed the version (set with ``valid_to``).
+    key = models.CharField(max_length=128, null=True)  # noqa: DJ001
+    valid_from = models.DateTimeField(db_default=Now())
+    valid_to = models.DateTimeField(null=True)
+    recorded_at = models.DateTimeField(db_default=Now())
+    retired_at = models.DateTimeField(null=True)
+    # The next version of the key. The constraint is the migration's own (ON DELETE SET
+    # NULL: entries are deleted by SQL, which Django's on_delete never sees).
+    superseded_by = models.ForeignKey(
+        "self",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        null=True,
+        related_name="+",
+    )
+    # Who wrote it: the API key's or token's prefix ("" for a worker), and the ingestion job
+    # when one did.
+    written_by = models.CharField(max_length=10, blank=True, db_default="")
+    job_id = models.UUIDField(null=True)
 
     class Meta:
         verbose_name_plural = "memory entries"
@@ -59,8 +82,26 @@ class MemoryEntry(models.Model):
                 condition=models.Q(idempotency_key__isnull=False),
                 name="memory_unique_idempotency_key",
             ),
+            # At most one live version per key.
+            models.UniqueConstraint(
+                fields=["app", "user_id", "key"],
+                condition=models.Q(key__isnull=False, valid_to__isnull=True),
+                name="memory_live_fact_key",
+            ),
         ]
         indexes = [
+            # A key's versions in valid-time order: placement and history.
+            models.Index(
+                fields=["app", "user_id", "key", "valid_from"],
+                condition=models.Q(key__isnull=False),
+                name="memory_fact_versions",
+            ),
+            # A version's predecessor (``supersedes``), and unlinking it when it is deleted.
+            models.Index(
+                fields=["superseded_by"],
+                condition=models.Q(superseded_by__isnull=False),
+                name="memory_predecessor",
+            ),
             models.Index(
                 "app",
                 "user_id",

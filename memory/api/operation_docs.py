@@ -16,6 +16,13 @@ MEMORY = {
     "created_at": "2026-06-01T09:30:12.491753+00:00",
     "expires_at": None,
     "retain_until": None,
+    "key": "preference.seat",
+    "valid_from": "2026-06-01T09:30:12.491753+00:00",
+    "valid_to": None,
+    "recorded_at": "2026-06-01T09:30:12.491753+00:00",
+    "retired_at": None,
+    "superseded_by": None,
+    "supersedes": None,
 }
 
 HITS = {
@@ -52,7 +59,11 @@ DOCS = {
     },
     "memories_add": {
         "summary": "Add a memory",
-        "request": {"content": "Alice prefers window seats", "metadata": {"topic": "travel"}},
+        "request": {
+            "content": "Alice prefers window seats",
+            "metadata": {"topic": "travel"},
+            "key": "preference.seat",
+        },
         "201": MEMORY,
     },
     "memories_erase": {"summary": "Erase the user's memories (or one session's)"},
@@ -91,6 +102,8 @@ DOCS = {
         "summary": "List the app's users that hold memories",
         "200": {"results": [{"user_id": "alice"}], "next": None, "previous": None},
     },
+    "memories_history": {"summary": "The versions of a memory's key"},
+    "memories_rollback": {"summary": "Restore a version of a memory as a new version"},
     "memories_touch": {
         "summary": "Refresh the time to live of memories",
         "request": {"ids": ["7939cdaa-b97a-4b3a-a805-d87dac3923ce"]},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN, MAX_ID_LENGTH
 from ctxadmin.api.schema import page, ref
+from memory.facts import MAX_FACT_KEY_LENGTH
 from memory.filters import MAX_CONDITIONS, MAX_IN_VALUES, MAX_STRING_BYTES
 from memory.inputs import (
     EMBED_MODES,
@@ -32,6 +33,7 @@ _SESSION_ID = {"type": "string", "pattern": f"^{ID_PATTERN}$", "maxLength": MAX_
 _NULLABLE_ID = {"type": "string", "pattern": f"^(?:{ID_PATTERN})?$", "nullable": True}
 _NULLABLE_TIME = {"type": "string", "format": "date-time", "nullable": True}
 _FINGERPRINT = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_INSTANT = {"type": "string", "format": "date-time", "nullable": True, "maxLength": 64}
 
 
 def _strict(properties: dict, required: list[str] | None = None) -> dict:
@@ -60,6 +62,17 @@ _PROVENANCE_INPUT = _strict(
         "event_id": _NULLABLE_ID,
         "author": _NULLABLE_ID,
     }
+)
+_WRITER = _strict(
+    {
+        "key_prefix": {
+            **_NULLABLE_STRING,
+            "description": "the writing API key's or token's prefix (null: a worker)",
+        },
+        "job_id": {"type": "string", "format": "uuid", "nullable": True},
+        "event_id": _NULLABLE_STRING,
+    },
+    ["key_prefix", "job_id", "event_id"],
 )
 COMPONENTS = {
     "MemoryCreate": _strict(
@@ -97,7 +110,25 @@ COMPONENTS = {
                 "description": "With an `idempotency_key`: the entry holding the key (live or "
                 "expired) takes this write's content, metadata and terms in place, in one "
                 "statement (200; 201 when none held it); concurrent replaces of one key leave "
-                "one entry. 409 `legal_hold` or `memory_retained` as erasing it would be.",
+                "one entry. 409 `legal_hold` or `memory_retained` as erasing it would be. "
+                "Refused (400) with a `key`; 409 `memory_keyed` when the idempotency key "
+                "names a version of a memory with a key (never rewritten in place).",
+            },
+            "key": {
+                "type": "string",
+                "pattern": "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*$",
+                "minLength": 1,
+                "maxLength": MAX_FACT_KEY_LENGTH,
+                "nullable": True,
+                "description": "The fact this memory is a version of (`preference.seat`): "
+                "dot-separated segments of a-z 0-9 _ -, case-folded. It supersedes the key's "
+                "version its `valid_from` falls inside (the live one, for a newer fact); the "
+                "same content as the live version is that version (200).",
+            },
+            "valid_from": {
+                **_INSTANT,
+                "description": "When it became true (ISO 8601 with a zone); default: "
+                "`provenance.timestamp`, else the add time.",
             },
         },
         ["content"],
@@ -168,6 +199,37 @@ COMPONENTS = {
             "created_at": {"type": "string", "format": "date-time"},
             "expires_at": _NULLABLE_TIME,
             "retain_until": _NULLABLE_TIME,
+            "key": {**_NULLABLE_STRING, "description": "the fact it is a version of"},
+            "valid_from": {
+                "type": "string",
+                "format": "date-time",
+                "description": "valid time: when it became true",
+            },
+            "valid_to": {
+                **_NULLABLE_TIME,
+                "description": "valid time: when its successor became true (null: still true)",
+            },
+            "recorded_at": {
+                "type": "string",
+                "format": "date-time",
+                "description": "record time: when ctxadmin stored it (the server's clock)",
+            },
+            "retired_at": {
+                **_NULLABLE_TIME,
+                "description": "record time: when ctxadmin first closed it (set with valid_to)",
+            },
+            "superseded_by": {
+                "type": "string",
+                "format": "uuid",
+                "nullable": True,
+                "description": "the next version of its key",
+            },
+            "supersedes": {
+                "type": "string",
+                "format": "uuid",
+                "nullable": True,
+                "description": "the version of its key it cut short",
+            },
         },
         [
             "id",
@@ -180,7 +242,24 @@ COMPONENTS = {
             "created_at",
             "expires_at",
             "retain_until",
+            "key",
+            "valid_from",
+            "valid_to",
+            "recorded_at",
+            "retired_at",
+            "superseded_by",
+            "supersedes",
         ],
+    ),
+    "MemoryHistory": _strict(
+        {
+            "versions": {
+                "type": "array",
+                "description": "oldest valid first",
+                "items": {"$ref": "#/components/schemas/MemoryVersion"},
+            }
+        },
+        ["versions"],
     ),
     "MemorySearch": _strict(
         {
@@ -221,6 +300,15 @@ COMPONENTS = {
                 ),
                 "minProperties": 1,
                 "nullable": True,
+            },
+            "as_of": {
+                **_INSTANT,
+                "description": "valid time: search the versions true at this instant "
+                "(default: now)",
+            },
+            "known_at": {
+                **_INSTANT,
+                "description": "record time: as ctxadmin knew them at this instant (default: now)",
             },
         },
         ["query"],
@@ -437,6 +525,10 @@ def add_components(result, generator, request, public):
     return result
 
 
+COMPONENTS["MemoryVersion"] = _strict(
+    {**COMPONENTS["Memory"]["properties"], "written_by": _WRITER},
+    [*COMPONENTS["Memory"]["required"], "written_by"],
+)
 _COUNT = {"type": "integer", "minimum": 0}
 _PHASE = {"enum": [phase for phase, _label in OutboxJob.PHASES]}
 COMPONENTS["OutboxAdmission"] = _strict(

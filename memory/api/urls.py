@@ -30,6 +30,16 @@ urlpatterns = [
     path(f"{base}/<str:memory_id>", views.MemoryDetailView.as_view(), name="memory"),
     path("apps/<str:app>/memory-users", views.MemoryUsersView.as_view(), name="memory-users"),
     path(
+        f"{base}/<str:memory_id>/history",
+        views.MemoryHistoryView.as_view(),
+        name="memory-history",
+    ),
+    path(
+        f"{base}/<str:memory_id>/rollback",
+        views.MemoryRollbackView.as_view(),
+        name="memory-rollback",
+    ),
+    path(
         "apps/<str:app>/memory-policy",
         governance_views.MemoryPolicyView.as_view(),
         name="memory-policy",

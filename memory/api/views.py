@@ -39,22 +39,33 @@ class MemoryListView(MemoryScopedView):
     pagination_class = MemoryCursor
 
     # GET: cursor, limit, filter; DELETE: session_id (each refuses the other's).
-    allowed_query_params = PAGINATION_QUERY_PARAMS | {"filter", "session_id"}
+    allowed_query_params = PAGINATION_QUERY_PARAMS | {"filter", "session_id", "as_of", "known_at"}
 
     @extend_schema(
         operation_id="memories_list",
-        description="The user's unexpired memories, newest first. `filter` is the search's "
-        'filter object as URL-encoded JSON (e.g. `filter={"topic":"travel"}`).',
+        description="The user's unexpired memories, newest first: those valid at `as_of` as "
+        "known at `known_at` (each ISO 8601 with a zone; absent: now), so by default what is "
+        "valid now. `filter` is the search's filter object as URL-encoded JSON (e.g. "
+        '`filter={"topic":"travel"}`).',
         parameters=[
             OpenApiParameter(
                 "filter", str, description="a search filter object, as JSON (URL-encoded)"
-            )
+            ),
+            OpenApiParameter(
+                "as_of", str, description="valid time: the versions true at this instant"
+            ),
+            OpenApiParameter(
+                "known_at", str, description="record time: as ctxadmin knew them at this instant"
+            ),
         ],
         responses={200: ref("MemoryPage")},
     )
     def get(self, request, app, user):
         _refuse_params(request, {"session_id"})
-        sql, params = inputs.parse_list_filter(request.query_params.get("filter"))
+        query = request.query_params
+        sql, params = inputs.parse_list_filter(
+            query.get("filter"), query.get("as_of"), query.get("known_at")
+        )
         rows = entries.live_entries(self.tenant, user, sql, params).only("id", "created_at")
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(entries.entries_by_id([row.id for row in page]))
@@ -76,7 +87,7 @@ class MemoryListView(MemoryScopedView):
             )
         new = entries.parse_new_memory(request.data)
         refuse_replacing_without_delete(request.auth, [new])
-        entry, created = entries.add_memory(self.tenant, user, new)
+        entry, created = entries.add_memory(self.tenant, user, new, written_by=request.auth.prefix)
         return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(
@@ -95,7 +106,7 @@ class MemoryListView(MemoryScopedView):
         responses={200: ref("MemoryErasureReceipt")},
     )
     def delete(self, request, app, user):
-        _refuse_params(request, PAGINATION_QUERY_PARAMS | {"filter"})
+        _refuse_params(request, PAGINATION_QUERY_PARAMS | {"filter", "as_of", "known_at"})
         key_prefix = request.auth.prefix
         session = request.query_params.get("session_id")
         if session is None:
@@ -108,20 +119,25 @@ class MemoryListView(MemoryScopedView):
         return Response(erasure.erase_session(self.tenant, user, session, key_prefix))
 
 
-def refuse_replacing_without_delete(credential, news: list) -> None:
-    """Replacing in place ends the entry that held the key: for a user or tool token, a
-    delete as well as an add (403 ``capability_denied`` naming ``memory_delete``)."""
+def _require_delete(credential, message: str) -> None:
+    """A user or tool token needs ``memory_delete`` too for a write that ends a memory."""
     if (
-        any(new.replace for new in news)
-        and isinstance(credential, DelegatedCredential)
+        isinstance(credential, DelegatedCredential)
         and "memory_delete" not in credential.capabilities
     ):
         raise ServiceError(
-            "capability_denied",
+            "capability_denied", message, status_code=403, details={"needed": "memory_delete"}
+        )
+
+
+def refuse_replacing_without_delete(credential, news: list) -> None:
+    """Replacing in place ends the entry that held the key: for a user or tool token, a
+    delete as well as an add (single and batch adds alike)."""
+    if any(new.replace for new in news):
+        _require_delete(
+            credential,
             "Replacing a memory erases the one it replaces: this token needs the "
             "'memory_delete' capability as well as 'memory_add'.",
-            status_code=403,
-            details={"needed": "memory_delete"},
         )
 
 
@@ -170,7 +186,7 @@ class MemoryBatchView(MemoryScopedView):
     def post(self, request, app, user):
         news = entries.parse_new_memories(request.data)
         refuse_replacing_without_delete(request.auth, news)
-        added = entries.add_memories(self.tenant, user, news)
+        added = entries.add_memories(self.tenant, user, news, written_by=request.auth.prefix)
         return Response(
             {"memories": [{"memory": entry, "created": created} for entry, created in added]}
         )
@@ -195,6 +211,50 @@ class MemoryUsersView(MemoryScopedView):
     def get(self, request, app):
         page = self.paginate_queryset(entries.memory_users(self.tenant))
         return self.get_paginated_response([{"user_id": row.user_id} for row in page])
+
+
+class MemoryHistoryView(MemoryScopedView):
+    tool_capabilities = {"GET": "memory_search"}
+
+    @extend_schema(
+        operation_id="memories_history",
+        description="The versions of this memory's key (the memory alone when it has none), "
+        "oldest valid first, each with its clocks, content and who wrote it (the key's or "
+        "token's prefix, the ingestion job, the source event). At most "
+        "`CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS` (default 50): adding a version beyond it "
+        "deletes the oldest closed ones.",
+        responses={200: ref("MemoryHistory")},
+    )
+    def get(self, request, app, user, memory_id):
+        return Response({"versions": entries.memory_history(self.tenant, user, memory_id)})
+
+
+class MemoryRollbackView(MemoryScopedView):
+    # It ends the live version: a token needs memory_delete as well (checked in the view).
+    tool_capabilities = {"POST": "memory_add"}
+
+    @extend_schema(
+        operation_id="memories_rollback",
+        description="Restore this closed version's content and metadata as a new version of "
+        "its key, valid from now, superseding the live one (201). No body. 409 "
+        "`memory_version_live` for the live version, 409 `memory_not_keyed` for a memory "
+        "without a key; 200 with the live version when it already holds that content. A "
+        "token needs `memory_delete` as well as `memory_add`.",
+        request=None,
+        responses={201: ref("Memory"), 200: ref("Memory")},
+    )
+    def post(self, request, app, user, memory_id):
+        if request.data:
+            raise invalid("body", "a rollback takes no body")
+        _require_delete(
+            request.auth,
+            "A rollback ends the live version: this token needs the 'memory_delete' "
+            "capability as well as 'memory_add'.",
+        )
+        entry, created = entries.rollback_memory(
+            self.tenant, user, memory_id, written_by=request.auth.prefix
+        )
+        return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class MemoryTouchView(MemoryScopedView):

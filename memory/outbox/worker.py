@@ -168,14 +168,16 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
         INSERT INTO memory_memoryentry
             (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
              session_id, event_id, author, source_timestamp, search, embedding,
-             embedding_model, content_bytes, created_at, updated_at, expires_at, retain_until)
+             embedding_model, content_bytes, created_at, updated_at, expires_at, retain_until,
+             valid_from, recorded_at, job_id)
         SELECT i.id, %s, %s, i.content, i.digest, i.metadata::jsonb, i.key, %s, i.event_id,
                i.author, i.ts::timestamptz,
                memory_search_vector(%s::regconfig, {_SEARCH_TEXT}),
                i.vector::vector, CASE WHEN i.vector IS NULL THEN '' ELSE %s END,
                octet_length(i.content), statement_timestamp(), statement_timestamp(),
                statement_timestamp() + %s::integer * interval '1 second',
-               statement_timestamp() + %s::integer * interval '1 day'
+               statement_timestamp() + %s::integer * interval '1 day',
+               least(coalesce(i.ts::timestamptz, now()), now()), now(), %s
           FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
                       %s::text[], %s::text[], %s::text[])
                AS i(id, content, digest, metadata, key, event_id, author, ts, vector)
@@ -191,6 +193,7 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
             model,
             terms.ttl_seconds,
             terms.retention_days,
+            job.pk,
             [uuid.uuid4() for _ in items],
             texts,
             digests,

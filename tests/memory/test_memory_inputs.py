@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctxadmin.errors import ServiceError
-from memory import inputs
+from memory import facts, inputs
 
 
 def refused(parse, *args) -> tuple[str, str]:
@@ -23,7 +23,8 @@ def test_a_search_request_has_its_defaults():
         None,
         None,
     )
-    assert (request.filter_sql, request.filter_params) == ("TRUE", [])
+    # No filter: the versions valid now, as known now.
+    assert (request.filter_sql, request.filter_params) == (facts.CURRENT_SQL, [])
 
 
 @pytest.mark.parametrize(

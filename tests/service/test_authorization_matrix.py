@@ -84,6 +84,13 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
     # Refreshing TTLs moves expiries: a write, the add capability.
     "api/v1/apps/<str:app>/users/<str:user>/memories/touch": {"post": (M, "memory_add")},
     "api/v1/apps/<str:app>/users/<str:user>/memories/batch": {"post": (M, "memory_add")},
+    "api/v1/apps/<str:app>/users/<str:user>/memories/<str:memory_id>/history": {
+        "get": (M, "memory_search")
+    },
+    # It ends the live version: a token needs memory_delete as well (tests/memory).
+    "api/v1/apps/<str:app>/users/<str:user>/memories/<str:memory_id>/rollback": {
+        "post": (M, "memory_add")
+    },
     "api/v1/apps/<str:app>/users/<str:user>/memories/events": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/ingestions": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/consent": {

@@ -70,9 +70,7 @@ def test_another_apps_key_gets_404_on_every_method(route, methods, owner, outsid
         assert response.json()["error"]["code"] == "not_found"
         # The answer names only what the request sent: exactly what an app that never
         # existed gets.
-        missing = getattr(outsider.client(), method)(
-            fill(route, "never-was"), {}, format="json"
-        )
+        missing = getattr(outsider.client(), method)(fill(route, "never-was"), {}, format="json")
         assert response.content.decode().replace(owner.app.name, "never-was") == (
             missing.content.decode()
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from ctxadmin_client import ConflictError, NotFoundError, ValidationError
 
@@ -124,3 +126,35 @@ def test_consent_legal_hold_and_policy(client, app, user):
     assert policy["retention_days"] == 30
     assert client.get_memory_policy(app.name)["retention_days"] == 30
     client.set_memory_policy(app.name)
+
+
+def test_versions_of_a_fact_over_time_history_and_rollback(client, app, user):
+    aisle = client.add_memory(
+        app.name, user, "seat aisle", key="preference.seat", valid_from="2026-01-01T00:00:00Z"
+    )
+    window = client.add_memory(
+        app.name,
+        user,
+        "seat window",
+        key="preference.seat",
+        valid_from=datetime(2026, 3, 1, tzinfo=UTC),
+    )
+    assert window["supersedes"] == aisle["id"]
+    assert client.add_memory(app.name, user, "seat window", key="preference.seat") == window
+    now = client.search_memory(app.name, user, "seat", mode="lexical")
+    assert [hit["content"] for hit in now["hits"]] == ["seat window"]
+    february = client.search_memory(
+        app.name, user, "seat", mode="lexical", as_of=datetime(2026, 2, 1, tzinfo=UTC)
+    )
+    assert [hit["content"] for hit in february["hits"]] == ["seat aisle"]
+    before = [
+        entry["content"]
+        for entry in client.list_memories(app.name, user, known_at=aisle["recorded_at"])
+    ]
+    assert before == ["seat aisle"]
+    versions = client.memory_history(app.name, user, window["id"])["versions"]
+    assert [v["id"] for v in versions] == [aisle["id"], window["id"]]
+    restored = client.rollback_memory(app.name, user, aisle["id"])
+    assert restored["content"] == "seat aisle" and restored["supersedes"] == window["id"]
+    with pytest.raises(ConflictError):
+        client.rollback_memory(app.name, user, restored["id"])

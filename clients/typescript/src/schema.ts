@@ -499,7 +499,7 @@ export interface paths {
         };
         /**
          * List the user's memories
-         * @description The user's unexpired memories, newest first. `filter` is the search's filter object as URL-encoded JSON (e.g. `filter={"topic":"travel"}`).
+         * @description The user's unexpired memories, newest first: those valid at `as_of` as known at `known_at` (each ISO 8601 with a zone; absent: now), so by default what is valid now. `filter` is the search's filter object as URL-encoded JSON (e.g. `filter={"topic":"travel"}`).
          */
         get: operations["memories_list"];
         put?: never;
@@ -534,6 +534,46 @@ export interface paths {
          * @description Erase one entry (an erasure receipt is kept). 409 `legal_hold` under a legal hold; 409 `memory_retained` within the entry's retention period.
          */
         delete: operations["memories_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/users/{user}/memories/{memory_id}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The versions of a memory's key
+         * @description The versions of this memory's key (the memory alone when it has none), oldest valid first, each with its clocks, content and who wrote it (the key's or token's prefix, the ingestion job, the source event). At most `CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS` (default 50): adding a version beyond it deletes the oldest closed ones.
+         */
+        get: operations["memories_history"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/users/{user}/memories/{memory_id}/rollback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Restore a version of a memory as a new version
+         * @description Restore this closed version's content and metadata as a new version of its key, valid from now, superseding the live one (201). No body. 409 `memory_version_live` for the live version, 409 `memory_not_keyed` for a memory without a key; 200 with the live version when it already holds that content. A token needs `memory_delete` as well as `memory_add`.
+         */
+        post: operations["memories_rollback"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -2045,10 +2085,17 @@ export interface components {
             /** @description The entry's own time to live (default: the app policy's `default_ttl_seconds`); at most that default and at least the policy's `retention_days` in seconds, when set (else 400 `validation_error`). A touch (`POST .../memories/touch`) restarts it. */
             ttl_seconds?: number | null;
             /**
-             * @description With an `idempotency_key`: the entry holding the key (live or expired) takes this write's content, metadata and terms in place, in one statement (200; 201 when none held it); concurrent replaces of one key leave one entry. 409 `legal_hold` or `memory_retained` as erasing it would be.
+             * @description With an `idempotency_key`: the entry holding the key (live or expired) takes this write's content, metadata and terms in place, in one statement (200; 201 when none held it); concurrent replaces of one key leave one entry. 409 `legal_hold` or `memory_retained` as erasing it would be. Refused (400) with a `key`; 409 `memory_keyed` when the idempotency key names a version of a memory with a key (never rewritten in place).
              * @default false
              */
             replace?: boolean;
+            /** @description The fact this memory is a version of (`preference.seat`): dot-separated segments of a-z 0-9 _ -, case-folded. It supersedes the key's version its `valid_from` falls inside (the live one, for a newer fact); the same content as the live version is that version (200). */
+            key?: string | null;
+            /**
+             * Format: date-time
+             * @description When it became true (ISO 8601 with a zone); default: `provenance.timestamp`, else the add time.
+             */
+            valid_from?: string | null;
         };
         MemoryBatch: {
             memories: components["schemas"]["MemoryCreate"][];
@@ -2102,6 +2149,42 @@ export interface components {
             expires_at: string | null;
             /** Format: date-time */
             retain_until: string | null;
+            /** @description the fact it is a version of */
+            key: string | null;
+            /**
+             * Format: date-time
+             * @description valid time: when it became true
+             */
+            valid_from: string;
+            /**
+             * Format: date-time
+             * @description valid time: when its successor became true (null: still true)
+             */
+            valid_to: string | null;
+            /**
+             * Format: date-time
+             * @description record time: when ctxadmin stored it (the server's clock)
+             */
+            recorded_at: string;
+            /**
+             * Format: date-time
+             * @description record time: when ctxadmin first closed it (set with valid_to)
+             */
+            retired_at: string | null;
+            /**
+             * Format: uuid
+             * @description the next version of its key
+             */
+            superseded_by: string | null;
+            /**
+             * Format: uuid
+             * @description the version of its key it cut short
+             */
+            supersedes: string | null;
+        };
+        MemoryHistory: {
+            /** @description oldest valid first */
+            versions: components["schemas"]["MemoryVersion"][];
         };
         MemorySearch: {
             query: string;
@@ -2118,6 +2201,16 @@ export interface components {
                 lexical?: number;
                 vector?: number;
             } | null;
+            /**
+             * Format: date-time
+             * @description valid time: search the versions true at this instant (default: now)
+             */
+            as_of?: string | null;
+            /**
+             * Format: date-time
+             * @description record time: as ctxadmin knew them at this instant (default: now)
+             */
+            known_at?: string | null;
         };
         MemoryPage: {
             results: components["schemas"]["Memory"][];
@@ -2248,6 +2341,68 @@ export interface components {
             erasure_epoch: number;
             /** Format: date-time */
             erased_at: string;
+        };
+        MemoryVersion: {
+            /** Format: uuid */
+            id: string;
+            content: string;
+            metadata: {
+                [key: string]: unknown;
+            };
+            provenance: {
+                session_id?: string | null;
+                event_id?: string | null;
+                author?: string | null;
+                timestamp?: (string | number) | null;
+            };
+            idempotency_key: string | null;
+            sha256: string;
+            embedding_model: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at: string | null;
+            /** Format: date-time */
+            retain_until: string | null;
+            /** @description the fact it is a version of */
+            key: string | null;
+            /**
+             * Format: date-time
+             * @description valid time: when it became true
+             */
+            valid_from: string;
+            /**
+             * Format: date-time
+             * @description valid time: when its successor became true (null: still true)
+             */
+            valid_to: string | null;
+            /**
+             * Format: date-time
+             * @description record time: when ctxadmin stored it (the server's clock)
+             */
+            recorded_at: string;
+            /**
+             * Format: date-time
+             * @description record time: when ctxadmin first closed it (set with valid_to)
+             */
+            retired_at: string | null;
+            /**
+             * Format: uuid
+             * @description the next version of its key
+             */
+            superseded_by: string | null;
+            /**
+             * Format: uuid
+             * @description the version of its key it cut short
+             */
+            supersedes: string | null;
+            written_by: {
+                /** @description the writing API key's or token's prefix (null: a worker) */
+                key_prefix: string | null;
+                /** Format: uuid */
+                job_id: string | null;
+                event_id: string | null;
+            };
         };
         OutboxAdmission: {
             session_id: string;
@@ -3697,10 +3852,14 @@ export interface operations {
     memories_list: {
         parameters: {
             query?: {
+                /** @description valid time: the versions true at this instant */
+                as_of?: string;
                 /** @description the `next` or `previous` of an earlier page */
                 cursor?: string;
                 /** @description a search filter object, as JSON (URL-encoded) */
                 filter?: string;
+                /** @description record time: as ctxadmin knew them at this instant */
+                known_at?: string;
                 /** @description page size (default CTXADMIN_PAGE_SIZE, at most CTXADMIN_MAX_PAGE_SIZE) */
                 limit?: number;
             };
@@ -3876,6 +4035,84 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    memories_history: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description a UUID */
+                memory_id: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryHistory"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    memories_rollback: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description a UUID */
+                memory_id: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Memory"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Memory"];
+                };
             };
             /** @description An error */
             default: {

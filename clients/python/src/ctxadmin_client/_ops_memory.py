@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from ._base import B, D, L, N, Runners
 from ._calls import Call, body, path, query, user_path
+
+
+def instant(value: datetime | str | None) -> str | None:
+    """An instant as the API takes it: ISO 8601 (a datetime needs its time zone)."""
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 class MemoryOperations(Runners[D, L, N, B]):
@@ -20,19 +26,28 @@ class MemoryOperations(Runners[D, L, N, B]):
         *,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        key: str | None = None,
+        valid_from: datetime | str | None = None,
         **extra: Any,
     ) -> D:
         """Add a memory (``extra``: ``provenance``, ``embed``, ``erasure_epoch``,
-        ``ttl_seconds``). With an
-        ``idempotency_key`` a repeat answers the stored entry, so it is retried."""
+        ``ttl_seconds``). With a ``key`` (``preference.seat``), a new version of that fact,
+        valid from ``valid_from`` (default: the provenance timestamp, else now); its answer's
+        ``supersedes`` names the version it cut short. With an ``idempotency_key`` or a
+        ``key`` a repeat answers the stored entry, so it is retried."""
         return self._one(
             Call(
                 "POST",
                 user_path(app, user_id, "memories"),
                 json=body(
-                    content=content, metadata=metadata, idempotency_key=idempotency_key, **extra
+                    content=content,
+                    metadata=metadata,
+                    idempotency_key=idempotency_key,
+                    key=key,
+                    valid_from=instant(valid_from),
+                    **extra,
                 ),
-                idempotent=idempotency_key is not None,
+                idempotent=idempotency_key is not None or key is not None,
             )
         )
 
@@ -63,17 +78,31 @@ class MemoryOperations(Runners[D, L, N, B]):
         *,
         filter: Mapping[str, Any] | None = None,
         limit: int | None = None,
+        as_of: datetime | str | None = None,
+        known_at: datetime | str | None = None,
     ) -> L:
-        """The user's memories, newest first, across pages; ``filter`` as in
-        ``search_memory``. ``limit`` is the page size."""
+        """The user's memories, newest first, across pages; ``filter``, ``as_of`` and
+        ``known_at`` as in ``search_memory``. ``limit`` is the page size."""
         params = query(
             filter=json.dumps(filter, separators=(",", ":")) if filter is not None else None,
             limit=limit,
+            as_of=instant(as_of),
+            known_at=instant(known_at),
         )
         return self._many(Call("GET", user_path(app, user_id, "memories"), params=params))
 
     def get_memory(self, app: str, user_id: str, memory_id: str) -> D:
         return self._one(Call("GET", user_path(app, user_id, "memories", memory_id)))
+
+    def memory_history(self, app: str, user_id: str, memory_id: str) -> D:
+        """``{"versions": [...]}``: the versions of the memory's key, oldest valid first,
+        each with its clocks and who wrote it."""
+        return self._one(Call("GET", user_path(app, user_id, "memories", memory_id, "history")))
+
+    def rollback_memory(self, app: str, user_id: str, memory_id: str) -> D:
+        """Restore the closed version ``memory_id`` as a new version of its key, valid from
+        now: the new version. Not retried (a repeat would add another version)."""
+        return self._one(Call("POST", user_path(app, user_id, "memories", memory_id, "rollback")))
 
     def touch_memories(self, app: str, user_id: str, ids: Sequence[str]) -> D:
         """Refresh the TTL of memories ``ids`` (at most 200): ``{"memories": [{"id",
@@ -100,9 +129,12 @@ class MemoryOperations(Runners[D, L, N, B]):
         limit: int | None = None,
         filter: Mapping[str, Any] | None = None,
         min_score: float | None = None,
+        as_of: datetime | str | None = None,
+        known_at: datetime | str | None = None,
         **extra: Any,
     ) -> D:
-        """Lexical, vector or hybrid search (``mode``); ``extra``: ``weights``."""
+        """Lexical, vector or hybrid search (``mode``) among the memories valid at
+        ``as_of`` as known at ``known_at`` (each default now); ``extra``: ``weights``."""
         return self._one(
             Call(
                 "POST",
@@ -113,6 +145,8 @@ class MemoryOperations(Runners[D, L, N, B]):
                     limit=limit,
                     filter=filter,
                     min_score=min_score,
+                    as_of=instant(as_of),
+                    known_at=instant(known_at),
                     **extra,
                 ),
                 idempotent=True,

@@ -136,6 +136,12 @@ OPERATIONS: dict[str, Operation] = {
     "memories_add_batch": Operation("POST", _USER + "/memories/batch", ("add_memories",)),
     "memory_users_list": Operation("GET", _APP + "/memory-users", ("list_memory_users",)),
     "memories_touch": Operation("POST", _USER + "/memories/touch", ("touch_memories",)),
+    "memories_history": Operation(
+        "GET", _USER + "/memories/{memory_id}/history", ("memory_history",)
+    ),
+    "memories_rollback": Operation(
+        "POST", _USER + "/memories/{memory_id}/rollback", ("rollback_memory",)
+    ),
     "memories_add_events": Operation("POST", _USER + "/memories/events", ("add_events_to_memory",)),
     "memories_ingestions_admit": Operation(
         "POST", _USER + "/memories/ingestions", ("ingest_session",)

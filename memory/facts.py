@@ -1,0 +1,150 @@
+"""Facts over time: a memory's key, where a new version of a key goes in that key's
+valid-time history, and which versions a reader at (``as_of``, ``known_at``) sees.
+
+Pure: no Django, no database; a refusal is ``ctxadmin.errors.invalid``.
+
+A key's versions tile valid time: each is valid from its ``valid_from`` up to its
+``valid_to`` (the next version's ``valid_from``; none for the live version). A new version
+goes where its ``valid_from`` falls: the version it falls inside is cut short at it, and it
+is valid up to where that one was (the next version's ``valid_from``, or open when that one
+was the live one). So a newer fact supersedes the live version, and an older fact that
+arrives later takes its place in the history without touching the live one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ctxadmin.errors import invalid
+
+MAX_FACT_KEY_LENGTH = 128
+# Dot-separated segments of lower-case letters, digits, '_' and '-' (``preference.seat``).
+FACT_KEY_SEGMENT = "[a-z0-9_-]+"
+FACT_KEY = re.compile(rf"^{FACT_KEY_SEGMENT}(?:\.{FACT_KEY_SEGMENT})*\Z")
+FACT_KEY_RULE = (
+    f"must be 1-{MAX_FACT_KEY_LENGTH} characters: dot-separated segments of "
+    "a-z 0-9 _ - (case-folded), e.g. preference.seat"
+)
+
+
+def parse_fact_key(value: Any, path: str = "key") -> str | None:
+    """A memory's ``key``: null, or 1-128 characters of dot-separated segments of
+    ``[a-z0-9_-]`` once case-folded (``Preference.Seat`` is ``preference.seat``; ASCII
+    only, so folding never makes a key of something else)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isascii():
+        raise invalid(path, FACT_KEY_RULE)
+    folded = value.lower()
+    if not 1 <= len(folded) <= MAX_FACT_KEY_LENGTH or not FACT_KEY.match(folded):
+        raise invalid(path, FACT_KEY_RULE)
+    return folded
+
+
+@dataclass(frozen=True)
+class Version:
+    """One stored version of a key, as placement sees it."""
+
+    id: str
+    valid_from: datetime
+    valid_to: datetime | None
+    # The version that cut this one short (its ``valid_to`` is that one's ``valid_from``).
+    superseded_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a new version goes: its own ``valid_to`` and successor (``superseded_by``),
+    and the version it cuts short (``closes``: that one's ``valid_to`` becomes the new
+    version's ``valid_from`` and its successor the new version), if any."""
+
+    valid_to: datetime | None
+    superseded_by: str | None
+    closes: str | None
+
+
+def place(versions: list[Version], valid_from: datetime) -> Placement:
+    """Where a version valid from ``valid_from`` goes among a key's ``versions`` (any
+    order). It falls inside the version with ``valid_from <= it < valid_to`` (the latest
+    such when versions share a start): that one is closed at it, and the new one takes
+    its old end and successor. Outside every version (before the first, or in a gap a
+    deleted version left), it ends where the next version starts, or is open after the
+    last."""
+    ordered = sorted(versions, key=lambda v: (v.valid_from, v.valid_to is None, v.valid_to))
+    inside = None
+    for version in ordered:
+        if version.valid_from <= valid_from and (
+            version.valid_to is None or valid_from < version.valid_to
+        ):
+            inside = version
+    if inside is not None:
+        return Placement(inside.valid_to, inside.superseded_by, inside.id)
+    later = [v for v in ordered if v.valid_from > valid_from]
+    if later:
+        return Placement(later[0].valid_from, later[0].id, None)
+    return Placement(None, None, None)
+
+
+def visible(
+    *,
+    valid_from: datetime,
+    valid_to: datetime | None,
+    recorded_at: datetime,
+    retired_at: datetime | None,
+    as_of: datetime,
+    known_at: datetime,
+) -> bool:
+    """Whether a version is what a reader at valid time ``as_of`` and record time
+    ``known_at`` sees: recorded by ``known_at``, valid from ``as_of`` or before, and not
+    yet ended at ``as_of`` as known at ``known_at`` (a version closed after ``known_at``
+    was, then, still open). ``VISIBLE_SQL`` is the same predicate for the database."""
+    if recorded_at > known_at or valid_from > as_of:
+        return False
+    if valid_to is None or retired_at is None or retired_at > known_at:
+        return True
+    return valid_to > as_of
+
+
+# ``visible`` over a memory row, for a reader at (as_of, known_at), each NULL for now. Now is
+# the reading statement's time (not its transaction's): a row written earlier in the same
+# transaction is seen.
+_NOW = "statement_timestamp()"
+_VISIBLE_SQL = (
+    f"(valid_from <= coalesce(%s::timestamptz, {_NOW})"
+    f" AND (valid_to IS NULL OR valid_to > coalesce(%s::timestamptz, {_NOW})"
+    f" OR retired_at > coalesce(%s::timestamptz, {_NOW}))"
+    f" AND recorded_at <= coalesce(%s::timestamptz, {_NOW}))"
+)
+# The default reader (valid now, as known now): the versions open now.
+CURRENT_SQL = f"(valid_from <= {_NOW} AND (valid_to IS NULL OR valid_to > {_NOW}))"
+
+
+def validity_sql(as_of: datetime | None, known_at: datetime | None) -> tuple[str, list]:
+    """A condition on a memory row (its own columns only) and its parameters: ``visible``
+    for a reader at ``as_of`` and ``known_at`` (None: now)."""
+    if as_of is None and known_at is None:
+        return CURRENT_SQL, []
+    return _VISIBLE_SQL, [as_of, as_of, known_at, known_at]
+
+
+MAX_INSTANT_LENGTH = 64
+
+
+def parse_instant(value: Any, path: str) -> datetime | None:
+    """An instant (``valid_from``, ``as_of``, ``known_at``): null, or an ISO 8601 date and
+    time with a zone (``2026-06-01T09:00:00Z``), at most 64 characters."""
+    if value is None:
+        return None
+    rule = "must be an ISO 8601 date and time with a time zone, e.g. 2026-06-01T09:00:00Z"
+    if not isinstance(value, str) or len(value) > MAX_INSTANT_LENGTH:
+        raise invalid(path, rule)
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise invalid(path, rule) from None
+    if parsed.tzinfo is None:
+        raise invalid(path, rule)
+    return parsed.astimezone(UTC)
