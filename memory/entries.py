@@ -667,7 +667,7 @@ def list_memories(app: App, user_id: str, limit: int) -> list[dict]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
-            f"WHERE app_id = %s AND user_id = %s AND {LIVE} ORDER BY created_at DESC, id LIMIT %s",
+            f"WHERE app_id = %s AND user_id = %s AND {LIVE} ORDER BY created_at DESC, memory_memoryentry.id LIMIT %s",
             [app.pk, user_id, limit],
         )
         return [_entry(row) for row in cursor.fetchall()]
