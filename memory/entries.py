@@ -21,7 +21,7 @@ from ctxadmin.models import App
 from ctxadmin.pruning import echoed, is_secret_key, looks_like_secret
 from ctxadmin.wake import wake
 from memory import embedders, governance
-from memory.facts import Version, parse_fact_key, parse_instant, place
+from memory.facts import CURRENT_SQL, Version, parse_fact_key, parse_instant, place
 from memory.inputs import (
     ADD_KEYS,
     BATCH_KEYS,
@@ -663,11 +663,13 @@ def delete_memory(app: App, user_id: str, memory_id: str) -> None:
 
 
 def list_memories(app: App, user_id: str, limit: int) -> list[dict]:
-    """The user's live memories, newest first, at most ``limit``."""
+    """The user's live memories valid now (the current version of each key), newest first,
+    at most ``limit``."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {ENTRY_COLUMNS} FROM memory_memoryentry "  # noqa: S608
-            f"WHERE app_id = %s AND user_id = %s AND {LIVE} ORDER BY created_at DESC, memory_memoryentry.id LIMIT %s",
+            f"WHERE app_id = %s AND user_id = %s AND {LIVE} AND {CURRENT_SQL} "
+            "ORDER BY created_at DESC, memory_memoryentry.id LIMIT %s",
             [app.pk, user_id, limit],
         )
         return [_entry(row) for row in cursor.fetchall()]

@@ -4,6 +4,7 @@ of one key, deletion and erasure of versions, and the migration's backfill."""
 
 from __future__ import annotations
 
+import json
 import threading
 from urllib.parse import quote
 
@@ -330,3 +331,16 @@ def test_the_migration_backfills_existing_entries():
     assert rows["said"].recorded_at.isoformat() == "2026-02-01T00:00:00+00:00"
     assert rows["added"].valid_from == rows["added"].recorded_at == rows["added"].created_at
     assert all(row.valid_to is None and row.key is None for row in rows.values())
+
+
+@pytest.mark.django_db(transaction=True)  # the MCP request closes its connection after it
+def test_the_mcp_memories_resource_lists_the_current_version_only(owner):
+    from runner.mcp.caller import Caller
+    from runner.mcp.server import read_resource_sync
+
+    client = owner.client()
+    add(client, content="prefers the aisle", key="preference.seat")
+    newer = add(client, content="prefers the window", key="preference.seat")
+    caller = Caller(owner.app, "test", "apikey", frozenset({"memory"}))
+    read = json.loads(read_resource_sync(caller, "ctxadmin://users/alice/memories"))
+    assert [m["id"] for m in read["memories"]] == [newer["id"]]
