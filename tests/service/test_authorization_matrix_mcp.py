@@ -15,6 +15,7 @@ import pytest
 from ctxadmin.models import SCOPES
 from ctxadmin.services import create_api_key, revoke_api_keys
 from memory.models import MemoryEntry
+from memory.outbox import operations
 from runner.mcp import tools as mcp_tools
 from sessions_app import user_tokens
 from sessions_app.models import Event, Session
@@ -109,6 +110,9 @@ def world(settings):
     )
     assert added.status_code == 201, added.content
     job = admit(client, "acme", USER, SID).json()
+    # Its status is all the matrix reads: cancelled, no worker holds its rows while the
+    # test's tables are emptied after it (a worker mid-batch then deadlocks the flush).
+    operations.cancel(owner.app, job["job_id"])
     _row, revoked = create_api_key(owner.app, list(SCOPES), name="revoked")
     revoke_api_keys(owner.app.api_keys.filter(name="revoked"))
     return {

@@ -215,6 +215,9 @@ def _check(op: Op) -> None:
         # A put of a value names an item; a get or a delete may name none (and find none).
         check_namespace(op.namespace, item=isinstance(op, PutOp) and op.value is not None)
         _text(op.key, "a key")
+        if "\x00" in op.key:
+            # PostgreSQL's JSON, which holds the key, cannot hold a NUL (as for labels).
+            raise ValueError("a key holds no NUL character")
         ttl = getattr(op, "ttl", None)
         if ttl is not None and (
             isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf
