@@ -445,6 +445,7 @@ SPECTACULAR_SETTINGS = {
         "sessions_app.api.schemas.add_components",
         "runner.api.schemas.add_components",
         "memory.api.schemas.add_components",
+        "memory.api.outbox_schemas.add_components",
         "caching.api.schemas.add_components",
         "sessions_app.artifacts.api.schemas.add_components",
         "sessions_app.threads.api.schemas.add_components",

@@ -8,37 +8,30 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from ctxadmin.canonical import canonical_json, canonical_size
-from ctxadmin.errors import ServiceError, invalid, not_found, strict_object, uuid_or_404
+from ctxadmin.canonical import canonical_json
+from ctxadmin.errors import ServiceError, not_found, uuid_or_404
 from ctxadmin.models import App
-from ctxadmin.pruning import echoed, is_secret_key, looks_like_secret
+from ctxadmin.pruning import echoed
 from ctxadmin.wake import wake
 from memory import embedders, governance
-from memory.facts import CURRENT_SQL, Version, parse_fact_key, parse_instant, place
+from memory.facts import CURRENT_SQL, Version, place
 from memory.inputs import (
-    ADD_KEYS,
-    BATCH_KEYS,
-    EMBED_MODES,
-    ID,
-    KEY,
-    MAX_BATCH_MEMORIES,
-    PROVENANCE_KEYS,
     NewMemory,
     parse_epoch,
-    parse_ttl_seconds,
-    redact_metadata,
 )
 from memory.models import MemoryEntry, ScopeStats
+from memory.new_memory import (  # the parsing of an add, which callers also read from here
+    in_batch,
+)
 from memory.scope import check_epoch, lock_scope
 from memory.vectors import embed_one, embedder_is_local, vector_text
-from sessions_app.selectors import EventError, decode, parse_timestamp
+from sessions_app.selectors import decode
 
 # Reads see live entries only: an entry past its ``expires_at`` vanishes at once (the purge
 # task deletes it later).
@@ -51,127 +44,6 @@ SEARCH_TEXT = (
     "to_char({ts}::timestamptz AT TIME ZONE 'UTC', 'FMDD FMMonth YYYY'), {content})"
 )
 _SEARCH_TEXT_PARAMS = SEARCH_TEXT.format(author="%s", ts="%s", content="%s")
-
-
-def parse_metadata(metadata: Any, path: str = "metadata") -> dict:
-    """A memory's metadata: an object whose keys are 1-256 characters starting with a letter
-    or digit, values under secret-named keys redacted, at most
-    ``CTXADMIN_MEMORY_MAX_METADATA_BYTES`` of canonical JSON; refused (422
-    ``sensitive_memory_content``, as content is) when a key or string value at any depth
-    looks like it carries a credential."""
-    if not isinstance(metadata, dict):
-        raise invalid(path, "must be an object")
-    for key in metadata:
-        if not KEY.match(key) and not is_secret_key(key):
-            raise invalid(
-                f"{path}.{echoed(key)}",
-                "keys are 1-256 characters, starting with a letter or digit",
-            )
-    metadata = redact_metadata(metadata)
-    metadata_limit = settings.CTXADMIN_MEMORY_MAX_METADATA_BYTES
-    if canonical_size(metadata) > metadata_limit:
-        raise invalid(path, f"must be at most {metadata_limit} bytes")
-    flagged = credential_in(metadata, path)
-    if flagged is not None:
-        raise ServiceError(
-            "sensitive_memory_content",
-            "A metadata value looks like it carries a credential; nothing was stored.",
-            status_code=422,
-            details={"field": flagged},
-        )
-    return metadata
-
-
-def credential_in(value: Any, path: str) -> str | None:
-    """The path of the first key or string at any depth of ``value`` that looks like it
-    carries a credential (keys bounded as errors quote them), or None."""
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        node, where = stack.pop()
-        if isinstance(node, str):
-            if looks_like_secret(node):
-                return where
-        elif isinstance(node, dict):
-            for key, child in node.items():
-                if looks_like_secret(key):
-                    return f"{where}.{echoed(key)}"
-                stack.append((child, f"{where}.{echoed(key)}"))
-        elif isinstance(node, list):
-            stack.extend((child, f"{where}[{index}]") for index, child in enumerate(node))
-    return None
-
-
-def parse_new_memory(body: Any) -> NewMemory:
-    strict_object(body, ADD_KEYS)
-    content = body.get("content")
-    if not isinstance(content, str) or not content.strip():
-        raise invalid("content", "must be a non-empty string")
-    limit = settings.CTXADMIN_MEMORY_MAX_CONTENT_BYTES
-    if len(content.encode("utf-8")) > limit:
-        raise invalid("content", f"must be at most {limit} bytes of UTF-8")
-    if "\x00" in content:
-        raise invalid("content", "must not contain NUL characters")
-    metadata = parse_metadata(body.get("metadata", {}))
-    provenance = body.get("provenance")
-    if provenance is None:
-        provenance = {}
-    if not isinstance(provenance, dict):
-        raise invalid("provenance", "must be an object")
-    unknown = sorted(set(provenance) - PROVENANCE_KEYS)
-    if unknown:
-        raise invalid(f"provenance.{echoed(unknown[0])}", "unknown field")
-    ids = {}
-    for name in ("session_id", "event_id", "author"):
-        value = provenance.get(name)
-        if value is None:  # null is absent, as answers show an absent one
-            value = ""
-        if not isinstance(value, str) or (value and not ID.match(value)):
-            raise invalid(f"provenance.{name}", "must be an identifier of 1-128 characters")
-        ids[name] = value
-    when = None
-    if provenance.get("timestamp") is not None:
-        try:
-            when = parse_timestamp(provenance["timestamp"], "provenance.timestamp")
-        except EventError as exc:
-            raise invalid(exc.path, exc.message) from None
-    key = body.get("idempotency_key")
-    if key is not None and (not isinstance(key, str) or not KEY.match(key)):
-        raise invalid("idempotency_key", "must be 1-256 characters from A-Z a-z 0-9 . _ : @ / -")
-    embed = body.get("embed", "auto")
-    if embed not in EMBED_MODES:
-        raise invalid("embed", "must be auto, sync or async")
-    epoch = parse_epoch(body.get("erasure_epoch"))
-    ttl_seconds = parse_ttl_seconds(body.get("ttl_seconds"))
-    replace = body.get("replace", False)
-    if not isinstance(replace, bool):
-        raise invalid("replace", "must be true or false")
-    if replace and key is None:
-        raise invalid("replace", "needs an idempotency_key (the entry to replace)")
-    fact_key = parse_fact_key(body.get("key"))
-    if fact_key is not None and replace:
-        raise invalid("replace", "does not apply to a memory with a key (it supersedes instead)")
-    valid_from = parse_instant(body.get("valid_from"), "valid_from")
-    if looks_like_secret(content):
-        raise ServiceError(
-            "sensitive_memory_content",
-            "The content looks like it carries a credential; it was not stored.",
-            status_code=422,
-        )
-    return NewMemory(
-        content=content,
-        metadata=metadata,
-        idempotency_key=key,
-        session_id=ids["session_id"],
-        event_id=ids["event_id"],
-        author=ids["author"],
-        source_timestamp=when,
-        embed=embed,
-        erasure_epoch=epoch,
-        ttl_seconds=ttl_seconds,
-        replace=replace,
-        key=fact_key,
-        valid_from=valid_from,
-    )
 
 
 def check_capacity(app: App, user_id: str, adding: int = 1) -> None:
@@ -299,33 +171,6 @@ def add_memory(
     return entry, created
 
 
-def parse_new_memories(body: Any) -> list[NewMemory]:
-    """``{"memories": [...]}``: 1 to ``MAX_BATCH_MEMORIES`` adds, each checked as one add
-    is; a refusal names the add (``memories.<i>.<field>``, ``details.index``)."""
-    strict_object(body, BATCH_KEYS)
-    items = body.get("memories")
-    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_MEMORIES:
-        raise invalid("memories", f"must be a list of 1 to {MAX_BATCH_MEMORIES} memories")
-    parsed = []
-    for index, item in enumerate(items):
-        try:
-            parsed.append(parse_new_memory(item))
-        except ServiceError as exc:
-            raise _in_batch(exc, index) from None
-    return parsed
-
-
-def _in_batch(exc: ServiceError, index: int) -> ServiceError:
-    details = {**exc.details, "index": index}
-    message = exc.message
-    if "field" in details:
-        details["field"] = f"memories.{index}.{details['field']}"
-        message = f"memories.{index}.{message}"
-    return ServiceError(
-        exc.code, message, status_code=exc.status_code, details=details, headers=exc.headers
-    )
-
-
 def add_memories(
     app: App, user_id: str, news: list[NewMemory], written_by: str = ""
 ) -> list[tuple[dict, bool]]:
@@ -342,7 +187,7 @@ def add_memories(
             try:
                 entry, created, waiting = _add(app, user_id, news[index], None, written_by)
             except ServiceError as exc:
-                raise _in_batch(exc, index) from None
+                raise in_batch(exc, index) from None
             results[index] = (entry, created)
             pending = pending or waiting
     if pending:
@@ -692,70 +537,3 @@ def touch_memories(app: App, user_id: str, ids: list[str]) -> list[dict]:
         )
         rows = sorted(cursor.fetchall())
     return [{"id": entry_id, "expires_at": expires_at} for entry_id, expires_at in rows]
-
-
-_VERSION_COLUMNS = f"{ENTRY_COLUMNS}, written_by, job_id::text"
-
-
-def _version(row) -> dict:
-    *columns, written_by, job_id = row
-    entry = _entry(columns)
-    entry["written_by"] = {
-        "key_prefix": written_by or None,
-        "job_id": job_id,
-        "event_id": entry["provenance"]["event_id"],
-    }
-    return entry
-
-
-def memory_history(app: App, user_id: str, memory_id: str) -> list[dict]:
-    """The versions of the memory's key (the memory alone when it has none), oldest valid
-    first (at most ``CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS``, as pruning keeps), each with
-    who wrote it; unexpired versions only. 404 as a get is."""
-    entry = get_memory(app, user_id, memory_id)
-    with connection.cursor() as cursor:
-        if entry["key"] is None:
-            where, params = "id = %s", [entry["id"]]
-        else:
-            where, params = "key = %s", [entry["key"]]
-        cursor.execute(
-            f"SELECT {_VERSION_COLUMNS} FROM memory_memoryentry "  # noqa: S608
-            f"WHERE app_id = %s AND user_id = %s AND {where} AND {LIVE} "
-            "ORDER BY valid_from, recorded_at, memory_memoryentry.id LIMIT %s",
-            [app.pk, user_id, *params, settings.CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS + 1],
-        )
-        return [_version(row) for row in cursor.fetchall()]
-
-
-def rollback_memory(
-    app: App, user_id: str, memory_id: str, written_by: str = ""
-) -> tuple[dict, bool]:
-    """A closed version's content and metadata again, as a new version of its key valid
-    from now (superseding the live one); (the new version, created). 409
-    ``memory_not_keyed`` for a memory without a key, 409 ``memory_version_live`` for the
-    live version; the live version's content already: that version (200)."""
-    entry = get_memory(app, user_id, memory_id)
-    if entry["key"] is None:
-        raise ServiceError(
-            "memory_not_keyed",
-            "This memory has no key, so no versions to roll back to.",
-            status_code=409,
-        )
-    if entry["valid_to"] is None:
-        raise ServiceError(
-            "memory_version_live",
-            "This is the live version of its key: there is nothing to roll back.",
-            status_code=409,
-        )
-    new = NewMemory(
-        content=entry["content"],
-        metadata=entry["metadata"],
-        idempotency_key=None,
-        session_id="",
-        event_id="",
-        author="",
-        source_timestamp=None,
-        embed="auto",
-        key=entry["key"],
-    )
-    return add_memory(app, user_id, new, written_by=written_by)

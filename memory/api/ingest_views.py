@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from ctxadmin.api.paths import path_segment_error
 from ctxadmin.api.schema import ref
 from ctxadmin.errors import invalid, strict_object
-from memory import entries, ingest
+from memory import ingest, new_memory
 from memory.api.views import JSON, MemoryScopedView
 
 
@@ -32,7 +32,7 @@ class MemoryEventsView(MemoryScopedView):
             raise invalid("session_id", "must be a session id or null")
         custom_metadata = body.get("custom_metadata")
         if custom_metadata is not None:
-            custom_metadata = entries.parse_metadata(custom_metadata, "custom_metadata")
+            custom_metadata = new_memory.parse_metadata(custom_metadata, "custom_metadata")
             reserved = sorted(set(custom_metadata) & ingest.EVENT_METADATA_KEYS)
             if reserved:
                 raise invalid(

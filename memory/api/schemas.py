@@ -23,8 +23,7 @@ from memory.inputs import (
     MODES,
     SCORE_TYPES,
 )
-from memory.models import ErasureReceipt, OutboxJob
-from memory.outbox.admission import MAX_ATTEMPTS_LIMIT, MAX_JOB_EVENTS
+from memory.models import ErasureReceipt
 
 _OBJECT = {"type": "object", "additionalProperties": True}
 _NULLABLE_STRING = {"type": "string", "nullable": True}
@@ -528,104 +527,4 @@ def add_components(result, generator, request, public):
 COMPONENTS["MemoryVersion"] = _strict(
     {**COMPONENTS["Memory"]["properties"], "written_by": _WRITER},
     [*COMPONENTS["Memory"]["required"], "written_by"],
-)
-_COUNT = {"type": "integer", "minimum": 0}
-_PHASE = {"enum": [phase for phase, _label in OutboxJob.PHASES]}
-COMPONENTS["OutboxAdmission"] = _strict(
-    {
-        "session_id": _SESSION_ID,
-        "after_seq": {
-            "type": "integer",
-            "minimum": 0,
-            "description": "ingest the events after this seq (default 0: from the first)",
-        },
-        "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
-    },
-    ["session_id"],
-)
-COMPONENTS["OutboxAdmitted"] = _strict(
-    {
-        "job_id": {"type": "string", "format": "uuid"},
-        "status_url": {"type": "string", "format": "uri"},
-        "deduplicated": {"type": "boolean"},
-        "phase": _PHASE,
-        "events": {"type": "integer", "minimum": 1, "maximum": MAX_JOB_EVENTS},
-        "first_seq": {"type": "integer"},
-        "last_seq": {"type": "integer"},
-        "erasure_epoch": _COUNT,
-        "more": {
-            "type": "boolean",
-            "description": "more events follow than one job takes (5,000 events, 8 MiB): "
-            "admit again from next_after_seq",
-        },
-        "next_after_seq": {"type": "integer", "nullable": True},
-    },
-    [
-        "job_id",
-        "status_url",
-        "deduplicated",
-        "phase",
-        "events",
-        "first_seq",
-        "last_seq",
-        "erasure_epoch",
-        "more",
-        "next_after_seq",
-    ],
-)
-_OUTBOX_JOB_FIELDS = {
-    "job_id": {"type": "string", "format": "uuid"},
-    "phase": _PHASE,
-    "session_id": {**_NULLABLE_STRING, "description": "null once the user was erased"},
-    "scope_fingerprint": _FINGERPRINT,
-    "erasure_epoch": _COUNT,
-    "events": _COUNT,
-    "first_seq": {"type": "integer"},
-    "last_seq": {"type": "integer"},
-    "cursor": {**_COUNT, "description": "events written or skipped so far"},
-    "batches": _COUNT,
-    "added": _COUNT,
-    "duplicates": _COUNT,
-    "skipped": _COUNT,
-    "skipped_by_reason": {"type": "object", "additionalProperties": {"type": "integer"}},
-    "redacted": {**_COUNT, "description": "events whose text had credentials redacted"},
-    "attempts": _COUNT,
-    "max_attempts": _COUNT,
-    "next_attempt_at": _NULLABLE_TIME,
-    "lease": {
-        "type": "object",
-        "nullable": True,
-        "additionalProperties": False,
-        "properties": {
-            "expires_at": {"type": "string", "format": "date-time"},
-            "expired": {"type": "boolean"},
-        },
-        "required": ["expires_at", "expired"],
-    },
-    "error": {
-        "type": "object",
-        "nullable": True,
-        "additionalProperties": False,
-        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-        "required": ["code", "message"],
-    },
-    "created_at": {"type": "string", "format": "date-time"},
-    "updated_at": {"type": "string", "format": "date-time"},
-    "started_at": _NULLABLE_TIME,
-    "finished_at": _NULLABLE_TIME,
-}
-COMPONENTS["OutboxJob"] = _strict(_OUTBOX_JOB_FIELDS, list(_OUTBOX_JOB_FIELDS))
-COMPONENTS["OutboxStats"] = _strict(
-    {
-        "by_phase": _strict({name: _COUNT for name in _PHASE["enum"]}, list(_PHASE["enum"])),
-        "active": _COUNT,
-        "oldest_due_age_seconds": {
-            "type": "number",
-            "nullable": True,
-            "description": "how long the app's longest-waiting due job has waited to be claimed",
-        },
-        "expired_leases": _COUNT,
-        "active_bytes": _COUNT,
-    },
-    ["by_phase", "active", "oldest_due_age_seconds", "expired_leases", "active_bytes"],
 )

@@ -14,7 +14,7 @@ from ctxadmin.delegated import DelegatedCredential
 from ctxadmin.errors import ServiceError, invalid
 from ctxadmin.models import SCOPE_MEMORY
 from ctxadmin.pruning import MAX_ECHOED, echoed
-from memory import entries, erasure, inputs
+from memory import entries, erasure, inputs, new_memory, versions
 from memory import search as memory_search
 
 JSON = "application/json"
@@ -85,7 +85,7 @@ class MemoryListView(MemoryScopedView):
                 f"unknown query parameter {echoed(unknown[0])!r}",
                 details={"unknown": [echoed(name) for name in unknown[:MAX_ECHOED]], "allowed": []},
             )
-        new = entries.parse_new_memory(request.data)
+        new = new_memory.parse_new_memory(request.data)
         refuse_replacing_without_delete(request.auth, [new])
         entry, created = entries.add_memory(self.tenant, user, new, written_by=request.auth.prefix)
         return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -184,7 +184,7 @@ class MemoryBatchView(MemoryScopedView):
         responses={200: ref("MemoryBatchResult")},
     )
     def post(self, request, app, user):
-        news = entries.parse_new_memories(request.data)
+        news = new_memory.parse_new_memories(request.data)
         refuse_replacing_without_delete(request.auth, news)
         added = entries.add_memories(self.tenant, user, news, written_by=request.auth.prefix)
         return Response(
@@ -226,7 +226,7 @@ class MemoryHistoryView(MemoryScopedView):
         responses={200: ref("MemoryHistory")},
     )
     def get(self, request, app, user, memory_id):
-        return Response({"versions": entries.memory_history(self.tenant, user, memory_id)})
+        return Response({"versions": versions.memory_history(self.tenant, user, memory_id)})
 
 
 class MemoryRollbackView(MemoryScopedView):
@@ -251,7 +251,7 @@ class MemoryRollbackView(MemoryScopedView):
             "A rollback ends the live version: this token needs the 'memory_delete' "
             "capability as well as 'memory_add'.",
         )
-        entry, created = entries.rollback_memory(
+        entry, created = versions.rollback_memory(
             self.tenant, user, memory_id, written_by=request.auth.prefix
         )
         return Response(entry, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

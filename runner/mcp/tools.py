@@ -15,7 +15,7 @@ from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError, invalid, not_found, session_not_found
 from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
 from ctxadmin.pruning import echoed
-from memory import entries, erasure
+from memory import entries, erasure, new_memory
 from memory import inputs as memory_inputs
 from memory import search as memory_search
 from memory.outbox import operations
@@ -119,7 +119,7 @@ def memory_search_tool(caller: Caller, args: dict) -> dict:
 
 def memory_add_tool(caller: Caller, args: dict) -> dict:
     user = user_of(caller, args)
-    new = entries.parse_new_memory(_picked(args, ("content", "metadata", "idempotency_key")))
+    new = new_memory.parse_new_memory(_picked(args, ("content", "metadata", "idempotency_key")))
     entry, created = entries.add_memory(caller.app, user, new)
     return {"memory": entry, "created": created}
 

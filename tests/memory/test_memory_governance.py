@@ -16,7 +16,7 @@ from django.utils import timezone
 from ctxadmin.canonical import fingerprint
 from ctxadmin.errors import ServiceError
 from ctxadmin.services import create_api_key
-from memory import entries, erasure, governance, inputs, tasks
+from memory import entries, erasure, governance, inputs, new_memory, tasks
 from memory import search as memory_search
 from memory.models import Consent, ErasureEpoch, ErasureReceipt, MemoryEntry
 from tests.conftest import make_tenant
@@ -230,7 +230,7 @@ class TestErasureEpoch:
         assert stale_keyed["error"]["code"] == "memory_erasure_epoch_stale"
         assert MemoryEntry.objects.count() == 0
 
-        new = entries.parse_new_memory({"content": "queued in the service"})
+        new = new_memory.parse_new_memory({"content": "queued in the service"})
         with pytest.raises(ServiceError) as caught:
             entries.add_memory(owner.app, "alice", new, epoch=0)
         assert caught.value.code == "memory_erasure_epoch_stale"

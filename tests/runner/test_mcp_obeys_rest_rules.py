@@ -14,7 +14,7 @@ import pytest
 
 from ctxadmin.models import SCOPES
 from ctxadmin.services import create_api_key
-from memory import entries
+from memory import entries, new_memory
 from runner.mcp import tools as mcp_tools
 from sessions_app import user_tokens
 from sessions_app.models import AppState, Event, Session, UserState
@@ -215,7 +215,7 @@ def _plant(acme) -> dict[str, str]:
     entry, _created = entries.add_memory(
         acme.app,
         USER,
-        entries.parse_new_memory({"content": "alice flies to Lisbon on Friday"}),
+        new_memory.parse_new_memory({"content": "alice flies to Lisbon on Friday"}),
     )
     from memory.models import MemoryEntry
 
