@@ -52,10 +52,16 @@ def _check_state_size(state: dict, path: str) -> None:
 
 
 def create_session(
-    app: App, user_id: str, session_id: str | None, initial_state: dict[str, Any]
+    app: App,
+    user_id: str,
+    session_id: str | None,
+    initial_state: dict[str, Any],
+    reach: scopes.StateReach = scopes.FULL_REACH,
 ) -> tuple[Session, dict]:
     """A new session; ``app:``/``user:`` keys of the initial state go to their scopes and
-    ``temp:`` keys are dropped (ADK semantics). Returns the session and its merged state."""
+    ``temp:`` keys are dropped (ADK semantics), within the writer's ``reach``. Returns the
+    session and its merged state."""
+    check_reach(initial_state, reach, "state")
     delta = scopes.split_delta(initial_state)
     _check_state_size(delta.session, "session state")
     session_id = session_id or uuid.uuid4().hex
@@ -92,26 +98,34 @@ class AppendResult:
     state: dict
 
 
+def check_reach(keys, reach: scopes.StateReach, field: str) -> None:
+    """Refuse (403 ``state_scope_denied`` naming the key and ``field``) state ``keys`` — a
+    delta, an initial state, a removal — in a scope the writer does not reach (see
+    ``state.StateReach``)."""
+    refused = scopes.out_of_reach(dict.fromkeys(keys), reach)
+    if refused is None:
+        return
+    key, scope = refused
+    raise ServiceError(
+        "state_scope_denied",
+        f"{field}: this credential may not write {scope} state ({echoed(key)!r}); "
+        + (
+            "app: state is written with an API key"
+            if scope == "app"
+            else "a credential bound to one session writes only that session's state"
+        ),
+        status_code=403,
+        details={"field": field, "key": echoed(key), "scope": scope},
+    )
+
+
 def _check_reach(events: list[dict], reach: scopes.StateReach, path: str) -> None:
     """Refuse, naming the key, an event whose state delta writes a scope the writer does not
-    reach (see ``state.StateReach``); nothing of the batch is stored."""
+    reach; nothing of the batch is stored."""
     for index, event in enumerate(events):
-        refused = scopes.out_of_reach(event["actions"].get("state_delta") or {}, reach)
-        if refused is None:
-            continue
-        key, scope = refused
         where = path if path == "event" else f"{path}[{index}]"
-        field = f"{where}.actions.state_delta"
-        raise ServiceError(
-            "state_scope_denied",
-            f"{field}: this credential may not write {scope} state ({echoed(key)!r}); "
-            + (
-                "app: state is written with an API key"
-                if scope == "app"
-                else "a credential bound to one session writes only that session's state"
-            ),
-            status_code=403,
-            details={"field": field, "key": echoed(key), "scope": scope},
+        check_reach(
+            event["actions"].get("state_delta") or {}, reach, f"{where}.actions.state_delta"
         )
 
 
@@ -178,15 +192,7 @@ def append_events(
     """
     events = _validated(raw_events, path)
     _check_reach(events, reach, path)
-    removed = scopes.out_of_reach(dict.fromkeys(state_remove or []), reach)
-    if removed is not None:
-        raise ServiceError(
-            "state_scope_denied",
-            f"state_remove: this credential may not write {removed[1]} state "
-            f"({echoed(removed[0])!r})",
-            status_code=403,
-            details={"field": "state_remove", "key": echoed(removed[0]), "scope": removed[1]},
-        )
+    check_reach(state_remove or [], reach, "state_remove")
     removal = scopes.split_keys(state_remove or [])
     try:
         result = _append_once(app, user_id, session_id, events, expected_revision, removal)

@@ -14,7 +14,6 @@ from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError, invalid, not_found, session_not_found
 from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
-from ctxadmin.pruning import echoed
 from memory import entries, erasure, new_memory
 from memory import inputs as memory_inputs
 from memory import search as memory_search
@@ -23,7 +22,6 @@ from runner.context import build_context
 from runner.inputs import parse_context_request
 from runner.mcp.caller import Caller
 from sessions_app import selectors, services
-from sessions_app import state as scopes
 from sessions_app.models import Event, Session
 
 #: Bytes of a tool's JSON result; memory hits beyond it are cut (and the result says so).
@@ -188,16 +186,9 @@ def session_events_tool(caller: Caller, args: dict) -> dict:
 def session_create_tool(caller: Caller, args: dict) -> dict:
     user = user_of(caller, args)
     session_id = session_of(caller, args)
-    state = args.get("state", {})
-    refused = scopes.out_of_reach(state, caller.state_reach)
-    if refused is not None:
-        raise ServiceError(
-            "state_scope_denied",
-            f"state: this credential may not write {refused[1]} state ({echoed(refused[0])!r})",
-            status_code=403,
-            details={"field": "state", "key": echoed(refused[0]), "scope": refused[1]},
-        )
-    session, merged = services.create_session(caller.app, user, session_id, state)
+    session, merged = services.create_session(
+        caller.app, user, session_id, args.get("state", {}), caller.state_reach
+    )
     return {"session_id": session.session_id, "revision": session.revision, "state": merged}
 
 
