@@ -12,13 +12,15 @@ an MCP ``memory_search`` against the same search through REST (``bench/mcp_bench
 and LangGraph's ``PostgresStore`` for memory search (``bench/langgraph_peer``), and writes them,
 with their ratios, the command and the machine, to ``bench/BENCHMARKS.md`` (``--skip-peer``:
 no peer). Then the evidence a built context holds at fixed budgets
-(``bench/evidence_bench``; alone with ``--only evidence``), the secret detectors and their
+(``bench/evidence_bench``; alone with ``--only evidence``), facts over time: the
+point-in-time suite and what keys cost beside the code before them (``bench/facts_bench``;
+alone with ``--only facts``), the secret detectors and their
 cost per KiB (``bench/redaction_bench``; alone with ``--only redaction``), and last,
 the load and fault runs (``bench/load_bench``) against a service of their own.
 
     .venv/bin/python -m bench [--skip-peer] [--events 2000] [--big-events 10000]
                               [--sessions 100000] [--only evidence [--columns C,...]]
-                              [--only redaction]
+                              [--only redaction] [--only facts]
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bench import (
     adk_peer,
     cache_bench,
     evidence_bench,
+    facts_bench,
     invocation_bench,
     langgraph_client_bench,
     load_bench,
@@ -62,7 +65,7 @@ def main() -> None:
     parser.add_argument("--memory-small", type=int, default=10000)
     parser.add_argument(
         "--only",
-        choices=["evidence", "redaction"],
+        choices=["evidence", "redaction", "facts"],
         help="run one section alone (its own service) and rewrite it in BENCHMARKS.md",
     )
     parser.add_argument(
@@ -74,6 +77,9 @@ def main() -> None:
     args.raw = sys.argv[1:]
     if args.only == "redaction":
         redaction_bench.run_section("python -m bench --only redaction")  # in process
+        return
+    if args.only == "facts":
+        facts_bench.run_section("python -m bench --only facts")  # services of its own
         return
     if args.only == "evidence":
         if args.columns:
@@ -145,6 +151,8 @@ def main() -> None:
     print(f"wrote {REPORT}")
     print("measuring evidence in context …", flush=True)
     evidence_bench.run_section("make bench")  # a service of its own: a fresh memory
+    print("measuring facts over time …", flush=True)
+    facts_bench.run_section("make bench")  # services of its own, beside the code before facts
     print("measuring the secret detectors …", flush=True)
     secret_bench.run_section("make bench")  # in process: no service
     redaction_bench.run_section("make bench")

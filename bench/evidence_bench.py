@@ -94,7 +94,8 @@ def _questions(sample: dict) -> list[tuple[str, list[str]]]:
     return questions
 
 
-def _ingest(api, user: str, sid: str, timeout: float = 900.0) -> None:
+def _ingest(api, user: str, sid: str, timeout: float = 900.0) -> list[str]:
+    """Ingest the session through the outbox and wait for its jobs to end; their ids."""
     base = f"/api/v1/apps/{api.app}/users/{user}/memories"
     after, jobs = 0, []
     while True:
@@ -117,6 +118,7 @@ def _ingest(api, user: str, sid: str, timeout: float = 900.0) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError("ingestion did not finish in time")
             time.sleep(0.2)
+    return jobs
 
 
 def replay(api, sample: dict, columns=COLUMNS) -> dict[str, str]:

@@ -169,6 +169,11 @@ CTXADMIN_MEMORY_MAX_PER_SCOPE = env.int("CTXADMIN_MEMORY_MAX_PER_SCOPE", 100_000
 CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS = env.int(
     "CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS", 50, minimum=2
 )
+# Content bytes kept per memory key: adding a version deletes the oldest closed ones while the
+# key's versions hold more (the live version is kept whatever its size).
+CTXADMIN_MEMORY_HISTORY_MAX_BYTES = env.int(
+    "CTXADMIN_MEMORY_HISTORY_MAX_BYTES", 256 * 1024, minimum=64 * 1024
+)
 CTXADMIN_MEMORY_MAX_TOTAL = env.int("CTXADMIN_MEMORY_MAX_TOTAL", 10_000_000, minimum=1)
 CTXADMIN_MEMORY_TS_CONFIG = env.str("CTXADMIN_MEMORY_TS_CONFIG", "english")
 

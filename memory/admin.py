@@ -73,6 +73,42 @@ class EmbeddingModelFilter(admin.SimpleListFilter):
         return queryset.filter(embedding__isnull=False).exclude(embedding_model=name)
 
 
+class VersionFilter(admin.SimpleListFilter):
+    """Facts over time: live versions of a key, closed ones, or entries without a key."""
+
+    title = "version"
+    parameter_name = "version"
+
+    def lookups(self, request, model_admin):
+        return [("live", "live version of a key"), ("closed", "closed version"), ("none", "no key")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "live":
+            return queryset.filter(key__isnull=False, valid_to__isnull=True)
+        if self.value() == "closed":
+            return queryset.filter(key__isnull=False, valid_to__isnull=False)
+        if self.value() == "none":
+            return queryset.filter(key__isnull=True)
+        return queryset
+
+
+class NearDuplicateFilter(admin.SimpleListFilter):
+    """Entries flagged, when they were added, as nearly repeating another (``memory.dedup``)."""
+
+    title = "near-duplicate"
+    parameter_name = "near_duplicate"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "flagged"), ("no", "not flagged")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(near_duplicate_of__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(near_duplicate_of__isnull=True)
+        return queryset
+
+
 @admin.register(MemoryEntry)
 class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
     """Memories by their ids and numbers: never the content, its lexical index or vector,
@@ -81,13 +117,15 @@ class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
     on the detail page, audit-logged. Operators holding ``memory.erase_memoryentry`` may
     erase entries (each with an erasure receipt, as through the API)."""
 
-    content_fields = ("memory_content",)
+    # The fact's key names what the memory is about: content, as the text is.
+    content_fields = ("fact_key", "memory_content")
     actions = ["erase_entries"]
 
     list_display = [
         "id",
         "app",
         "user_id",
+        "version",
         "content_bytes",
         "embedding_model",
         "embedded",
@@ -97,7 +135,7 @@ class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
         "retain_until",
         "legal_hold",
     ]
-    list_filter = ["app", EmbeddedFilter, EmbeddingModelFilter]
+    list_filter = ["app", VersionFilter, NearDuplicateFilter, EmbeddedFilter, EmbeddingModelFilter]
     # The primary key is the one index that serves an unfiltered ORDER BY … LIMIT here.
     ordering = ["id"]
     search_fields = ["id"]
@@ -116,6 +154,14 @@ class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
         "session_id",
         "event_id",
         "source_timestamp",
+        "version",
+        "versions_of_key",
+        "valid_from",
+        "valid_to",
+        "recorded_at",
+        "retired_at",
+        "successor",
+        "near_duplicate",
         "created_at",
         "updated_at",
         "expires_at",
@@ -124,7 +170,16 @@ class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
     ]
 
     def get_queryset(self, request):
-        computed = ("scope", "embedded", "metadata_keys", "legal_hold")
+        computed = (
+            "scope",
+            "embedded",
+            "metadata_keys",
+            "legal_hold",
+            "version",
+            "versions_of_key",
+            "successor",
+            "near_duplicate",
+        )
         return (
             super()
             .get_queryset(request)
@@ -134,6 +189,8 @@ class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
                 _embedded=ExpressionWrapper(
                     Q(embedding__isnull=False), output_field=BooleanField()
                 ),
+                # Whether it has a key, never the key itself (content: the detail page's).
+                _keyed=ExpressionWrapper(Q(key__isnull=False), output_field=BooleanField()),
                 # The names of the metadata's keys, never their values.
                 _metadata_keys=RawSQL(
                     "ARRAY(SELECT jsonb_object_keys(memory_memoryentry.metadata) ORDER BY 1)", []
@@ -147,6 +204,35 @@ class MemoryEntryAdmin(ContentAdminMixin, ReadOnlyAdmin):
     @admin.display(description="metadata keys")
     def metadata_keys(self, obj):
         return ", ".join(obj._metadata_keys) or "-"
+
+    @admin.display(description="version")
+    def version(self, obj):
+        if not obj._keyed:
+            return "-"
+        return "live" if obj.valid_to is None else "closed"
+
+    @admin.display(description="versions of its key")
+    def versions_of_key(self, obj):
+        """How many versions its key has in the scope (the history's length), by count."""
+        if not obj._keyed:
+            return "-"
+        return MemoryEntry.objects.filter(
+            app_id=obj.app_id,
+            user_id=obj.user_id,
+            key=MemoryEntry.objects.filter(pk=obj.pk).values("key")[:1],
+        ).count()
+
+    @admin.display(description="superseded by")
+    def successor(self, obj):
+        return str(obj.superseded_by_id) if obj.superseded_by_id else "-"
+
+    @admin.display(description="near-duplicate of")
+    def near_duplicate(self, obj):
+        return str(obj.near_duplicate_of_id) if obj.near_duplicate_of_id else "-"
+
+    @admin.display(description="key (content)")
+    def fact_key(self, obj):
+        return MemoryEntry.objects.filter(pk=obj.pk).values_list("key", flat=True).first() or "-"
 
     @admin.display(description="legal hold", boolean=True)
     def legal_hold(self, obj):

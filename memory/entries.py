@@ -19,8 +19,8 @@ from ctxadmin.errors import ServiceError, not_found, uuid_or_404
 from ctxadmin.models import App
 from ctxadmin.pruning import echoed
 from ctxadmin.wake import wake
-from memory import embedders, governance
-from memory.facts import CURRENT_SQL, Version, place
+from memory import dedup, embedders, governance
+from memory.facts import CURRENT_SQL, CUT_SHORT_SQL, LIVE, Version, place
 from memory.inputs import (
     NewMemory,
     parse_epoch,
@@ -29,13 +29,10 @@ from memory.models import MemoryEntry, ScopeStats
 from memory.new_memory import (  # the parsing of an add, which callers also read from here
     in_batch,
 )
-from memory.scope import check_epoch, lock_scope
+from memory.scope import check_capacity, check_epoch, lock_scope
+from memory.similarity import normalised_sha256
 from memory.vectors import embed_one, embedder_is_local, vector_text
 from sessions_app.selectors import decode
-
-# Reads see live entries only: an entry past its ``expires_at`` vanishes at once (the purge
-# task deletes it later).
-LIVE = "(expires_at IS NULL OR expires_at > now())"
 
 # What an entry's lexical vector is made of: who said it and the day it was said (from its
 # provenance, when it has them) before its content, so "what did Tim say in May" matches.
@@ -46,37 +43,6 @@ SEARCH_TEXT = (
 _SEARCH_TEXT_PARAMS = SEARCH_TEXT.format(author="%s", ts="%s", content="%s")
 
 
-def check_capacity(app: App, user_id: str, adding: int = 1) -> None:
-    """Refuse (422 ``memory_capacity_exceeded``) ``adding`` more entries where they would
-    pass the scope's limit (its statistics row: every entry until it is purged) or the
-    deployment's (from PostgreSQL's row estimate)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT coalesce((SELECT entries FROM memory_scopestats
-                              WHERE app_id = %s AND user_id = %s), 0),
-                   (SELECT greatest(reltuples, 0)::bigint FROM pg_class
-                     WHERE oid = 'memory_memoryentry'::regclass)
-            """,
-            [app.pk, user_id],
-        )
-        in_scope, total = cursor.fetchone()
-    if in_scope + adding > settings.CTXADMIN_MEMORY_MAX_PER_SCOPE:
-        raise ServiceError(
-            "memory_capacity_exceeded",
-            "This user's memory is full.",
-            status_code=422,
-            details={"limit": "per_scope", "maximum": settings.CTXADMIN_MEMORY_MAX_PER_SCOPE},
-        )
-    if total + adding > settings.CTXADMIN_MEMORY_MAX_TOTAL:
-        raise ServiceError(
-            "memory_capacity_exceeded",
-            "The deployment's memory is full.",
-            status_code=422,
-            details={"limit": "total", "maximum": settings.CTXADMIN_MEMORY_MAX_TOTAL},
-        )
-
-
 ENTRY_COLUMNS = (
     "id::text, content, metadata, session_id, event_id, author, "
     "to_json(source_timestamp) #>> '{}', to_json(created_at) #>> '{}', "
@@ -85,7 +51,7 @@ ENTRY_COLUMNS = (
     "to_json(valid_from) #>> '{}', to_json(valid_to) #>> '{}', "
     "to_json(recorded_at) #>> '{}', to_json(retired_at) #>> '{}', superseded_by_id::text, "
     "(SELECT p.id::text FROM memory_memoryentry p "
-    "WHERE p.superseded_by_id = memory_memoryentry.id LIMIT 1)"
+    "WHERE p.superseded_by_id = memory_memoryentry.id LIMIT 1), near_duplicate_of_id::text"
 )
 
 
@@ -111,6 +77,7 @@ def _entry(row) -> dict:
         retired_at,
         superseded_by,
         supersedes,
+        near_duplicate_of,
     ) = row
     return {
         "id": entry_id,
@@ -135,6 +102,7 @@ def _entry(row) -> dict:
         "retired_at": retired_at,
         "superseded_by": superseded_by,
         "supersedes": supersedes,
+        "near_duplicate_of": near_duplicate_of,
     }
 
 
@@ -144,6 +112,7 @@ def _entry(row) -> dict:
 _REPLACE = """
     DO UPDATE SET
         content = EXCLUDED.content, content_sha256 = EXCLUDED.content_sha256,
+        normalised_sha256 = EXCLUDED.normalised_sha256,
         metadata = EXCLUDED.metadata, session_id = EXCLUDED.session_id,
         event_id = EXCLUDED.event_id, author = EXCLUDED.author,
         source_timestamp = EXCLUDED.source_timestamp, search = EXCLUDED.search,
@@ -161,14 +130,30 @@ _REPLACE = """
 """
 
 
+# What became of an add: a new entry, the live entry holding its text already (or, for a
+# keyed add, the key's live version it repeats), or the entry it nearly repeats (merged:
+# only when the caller asked, as ingestion does).
+CREATED, SAME, NEAR = "created", "same", "near_duplicate"
+
+
 def add_memory(
     app: App, user_id: str, new: NewMemory, epoch: int | None = None, written_by: str = ""
 ) -> tuple[dict, bool]:
     """(the entry, created); see ``_add``."""
-    entry, created, pending = _add(app, user_id, new, epoch, written_by)
+    entry, outcome, pending = _add(app, user_id, new, epoch, written_by)
     if pending:
         wake("memory.embed_pending")
-    return entry, created
+    return entry, outcome == CREATED
+
+
+def merge_memory(app: App, user_id: str, new: NewMemory, written_by: str = "") -> tuple[dict, str]:
+    """Add ``new`` as ingestion does: a near-duplicate of a live entry is merged into it
+    (nothing is written) instead of flagged. (The entry, ``CREATED``, ``SAME`` or
+    ``NEAR``.)"""
+    entry, outcome, pending = _add(app, user_id, new, written_by=written_by, merge_near=True)
+    if pending:
+        wake("memory.embed_pending")
+    return entry, outcome
 
 
 def add_memories(
@@ -178,17 +163,21 @@ def add_memories(
     lands, or (the first refusal raised, naming its index) none does. Adds are applied in
     the order of their idempotency keys (a stable sort, so two adds of one key keep their
     order and the later wins a ``replace``), so concurrent batches over the same keys lock
-    them in one order; the answer is in the request's order."""
+    them in one order; the answer is in the request's order. Their texts are locked first,
+    all at once, for the same reason (``memory.dedup.lock_texts``)."""
     order = sorted(range(len(news)), key=lambda i: news[i].idempotency_key or "")
     results: list[tuple[dict, bool] | None] = [None] * len(news)
     pending = False
     with transaction.atomic():
+        dedup.lock_texts(
+            app, user_id, [normalised_sha256(n.content) for n in news if n.key is None]
+        )
         for index in order:
             try:
-                entry, created, waiting = _add(app, user_id, news[index], None, written_by)
+                entry, outcome, waiting = _add(app, user_id, news[index], None, written_by)
             except ServiceError as exc:
                 raise in_batch(exc, index) from None
-            results[index] = (entry, created)
+            results[index] = (entry, outcome == CREATED)
             pending = pending or waiting
     if pending:
         wake("memory.embed_pending")
@@ -196,11 +185,19 @@ def add_memories(
 
 
 def _add(
-    app: App, user_id: str, new: NewMemory, epoch: int | None = None, written_by: str = ""
-) -> tuple[dict, bool, bool]:
-    """(the entry, created, waiting for its embedding). The same idempotency key with the
-    same content is the same entry; with other content, 409 ``idempotency_conflict``.
-    Concurrent adds with one key make one entry (the unique index decides).
+    app: App,
+    user_id: str,
+    new: NewMemory,
+    epoch: int | None = None,
+    written_by: str = "",
+    merge_near: bool = False,
+) -> tuple[dict, str, bool]:
+    """(the entry, what became of the add: ``CREATED``, ``SAME`` or ``NEAR``, waiting for
+    its embedding). The same idempotency key with the same content is the same entry; with
+    other content, 409 ``idempotency_conflict``. Concurrent adds with one key make one entry
+    (the unique index decides). An unkeyed add of a text the scope holds already is that
+    entry; one that nearly repeats an entry is flagged with it once committed (a task), or
+    with ``merge_near`` is that entry (``memory.dedup``).
 
     With ``new.replace``, the entry holding the key (live or expired) is replaced in place
     by this write, in one statement: concurrent replaces of one key leave one entry, the
@@ -217,11 +214,21 @@ def _add(
     if epoch is not None:
         check_epoch(app, user_id, epoch)
     digest = hashlib.sha256(new.content.encode("utf-8")).hexdigest()
+    same_text = normalised_sha256(new.content)
     if new.idempotency_key is not None and not new.replace:
         existing = _by_key(app, user_id, new.idempotency_key)
         if existing is not None:
-            return _same_or_conflict(existing, digest), False, False
+            return _same_or_conflict(existing, digest), SAME, False
         governance.release_expired_key(app, user_id, new.idempotency_key)
+    deduplicated = new.key is None and not new.replace
+    if deduplicated and merge_near:
+        found = dedup.near_duplicate(app, user_id, new.content)
+        if found is not None:
+            return entries_by_id([found[0]])[0], SAME if found[1] else NEAR, False
+    elif deduplicated:
+        held = dedup.same_texts(app, user_id, [same_text]).get(same_text)
+        if held is not None:
+            return entries_by_id([held])[0], SAME, False
     check_capacity(app, user_id)
     embedder = embedders.embedder_from_settings()
     vector = None
@@ -251,10 +258,14 @@ def _add(
         terms.ttl_seconds,
         terms.ttl_seconds,
         terms.retention_days,
+        same_text,
+        None,  # near_duplicate_of: flagged once the add commits (memory.dedup)
     ]
     if new.key is not None:
         try:
-            row = _add_version(app, user_id, new, epoch, digest, values, written_by)
+            row = _add_version(
+                app, user_id, new, epoch, same_text, values, written_by, terms.ttl_seconds
+            )
         except _IdempotencyKeyTaken:
             row = None
     else:
@@ -267,6 +278,11 @@ def _add(
                     check_epoch(app, user_id, epoch)
             if new.replace:
                 _refuse_replacing_a_version(cursor, app, user_id, new.idempotency_key)
+            else:
+                # One add of a text at a time: the check holds to the commit.
+                held = dedup.locked_same_text(app, user_id, same_text)
+                if held is not None:
+                    return entries_by_id([held])[0], SAME, False
             fact = [None, new.valid_from, None, None]
             row = _insert(cursor, new.replace, values, fact, entry_id, written_by)
             if row is None and new.replace:  # a retention period or a legal hold keeps it
@@ -280,9 +296,11 @@ def _add(
                 "This idempotency key names an expired memory that is still kept.",
                 status_code=409,
             )
-        return _same_or_conflict(existing, digest), False, False
+        return _same_or_conflict(existing, digest), SAME, False
     *columns, created = row
-    return _entry(columns), created, vector is None
+    if created and deduplicated and not merge_near:
+        wake("memory.flag_near_duplicates", str(entry_id))
+    return _entry(columns), CREATED if created else SAME, vector is None
 
 
 def _refuse_replacing_a_version(cursor, app: App, user_id: str, idempotency_key: str) -> None:
@@ -319,13 +337,13 @@ def _insert(
             (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
              session_id, event_id, author, source_timestamp, search, embedding,
              embedding_model, content_bytes, created_at, updated_at, expires_at,
-             ttl_seconds, retain_until, key, valid_from, valid_to, superseded_by_id,
-             recorded_at, retired_at, written_by)
+             ttl_seconds, retain_until, normalised_sha256, near_duplicate_of_id, key,
+             valid_from, valid_to, superseded_by_id, recorded_at, retired_at, written_by)
         VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
                 memory_search_vector(%s::regconfig, {_SEARCH_TEXT_PARAMS}),
                 %s::vector, %s, %s, now(), now(),
                 now() + %s::integer * interval '1 second', %s,
-                now() + %s::integer * interval '1 day',
+                now() + %s::integer * interval '1 day', %s, %s::uuid,
                 %s, coalesce(%s::timestamptz, least(coalesce(%s::timestamptz, now()), now())),
                 %s::timestamptz, %s::uuid, now(),
                 CASE WHEN %s::timestamptz IS NULL THEN NULL ELSE now() END, %s)
@@ -343,28 +361,31 @@ def _add_version(
     user_id: str,
     new: NewMemory,
     epoch: int | None,
-    digest: str,
+    same_text: str,
     values: list,
     written_by: str,
+    ttl_seconds: int | None,
 ) -> tuple:
     """Add a version of ``new.key`` where its valid time puts it (``memory.facts.place``),
     cutting short the version it falls inside (its ``supersedes``); its row. The same
-    content as the key's live version is that version."""
+    text (``memory.similarity.normalised``), metadata and TTL as the key's live version is
+    that version (a change of any of them is a new version)."""
     with transaction.atomic(), connection.cursor() as cursor:
         # One placement at a time per scope: the versions read here stay as read.
         lock_scope(app, user_id)
         if epoch is not None:
             check_epoch(app, user_id, epoch)
         cursor.execute(
-            f"SELECT id::text, valid_from, valid_to, superseded_by_id::text, content_sha256, "  # noqa: S608
-            f"{LIVE}, now() FROM memory_memoryentry "
-            "WHERE app_id = %s AND user_id = %s AND key = %s",
-            [app.pk, user_id, new.key],
+            f"SELECT id::text, valid_from, valid_to, superseded_by_id::text, normalised_sha256, "  # noqa: S608
+            f"{LIVE}, now(), "
+            "metadata = %s::jsonb AND ttl_seconds IS NOT DISTINCT FROM %s::integer "
+            "FROM memory_memoryentry WHERE app_id = %s AND user_id = %s AND key = %s",
+            [values[5], ttl_seconds, app.pk, user_id, new.key],  # values[5]: the metadata
         )
         rows = cursor.fetchall()
         now = rows[0][6] if rows else None
-        for entry_id, _start, end, _next, sha, live, _now in rows:
-            if end is None and live and sha == digest:
+        for entry_id, _start, end, _next, sha, live, _now, same_terms in rows:
+            if end is None and live and sha == same_text and same_terms:
                 cursor.execute(
                     f"SELECT {ENTRY_COLUMNS}, false FROM memory_memoryentry WHERE id = %s",  # noqa: S608
                     [entry_id],
@@ -378,11 +399,7 @@ def _add_version(
         valid_from = new.valid_from or (min(source, now) if source is not None else now)
         placement = place([Version(r[0], r[1], r[2], r[3]) for r in rows], valid_from)
         if placement.closes is not None:
-            cursor.execute(
-                "UPDATE memory_memoryentry SET valid_to = %s, superseded_by_id = %s, "
-                "retired_at = coalesce(retired_at, now()), updated_at = now() WHERE id = %s",
-                [valid_from, values[0], placement.closes],
-            )
+            cursor.execute(CUT_SHORT_SQL, [valid_from, values[0], placement.closes])
         fact = [new.key, valid_from, placement.valid_to, placement.superseded_by]
         row = _insert(cursor, False, values, fact, values[0], written_by)
         if row is None:
@@ -392,17 +409,23 @@ def _add_version(
 
 
 def _prune_versions(cursor, app: App, user_id: str, key: str) -> int:
-    """Delete the key's oldest closed versions beyond ``CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS``
-    (oldest in valid time first), except those a retention period or a legal hold keeps;
-    how many. The version after a deleted one keeps its place."""
+    """Delete the key's oldest closed versions (oldest in valid time first) beyond the newest
+    ``CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS`` or past the newest versions whose content holds
+    ``CTXADMIN_MEMORY_HISTORY_MAX_BYTES``, except those a retention period or a legal hold
+    keeps; how many. The live version is never deleted; the version after a deleted one
+    keeps its place."""
     cursor.execute(
         """
         DELETE FROM memory_memoryentry WHERE id IN (
-            SELECT id FROM memory_memoryentry
-             WHERE app_id = %s AND user_id = %s AND key = %s AND valid_to IS NOT NULL
-             ORDER BY valid_from, recorded_at
-             LIMIT greatest(0, (SELECT count(*) FROM memory_memoryentry
-                                 WHERE app_id = %s AND user_id = %s AND key = %s) - %s))
+            SELECT id FROM (
+                SELECT id, valid_to,
+                       count(*) OVER newest AS versions, sum(content_bytes) OVER newest AS bytes
+                  FROM memory_memoryentry
+                 WHERE app_id = %s AND user_id = %s AND key = %s
+                WINDOW newest AS (ORDER BY valid_from DESC, recorded_at DESC, id DESC
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+            ) v
+             WHERE valid_to IS NOT NULL AND (versions > %s OR bytes > %s))
           AND (retain_until IS NULL OR retain_until <= now())
           AND NOT EXISTS (SELECT 1 FROM memory_memorypolicy p
                            WHERE p.app_id = memory_memoryentry.app_id AND p.legal_hold)
@@ -410,7 +433,13 @@ def _prune_versions(cursor, app: App, user_id: str, key: str) -> int:
                            WHERE h.app_id = memory_memoryentry.app_id
                              AND h.user_id = memory_memoryentry.user_id)
         """,
-        [app.pk, user_id, key, app.pk, user_id, key, settings.CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS],
+        [
+            app.pk,
+            user_id,
+            key,
+            settings.CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS,
+            settings.CTXADMIN_MEMORY_HISTORY_MAX_BYTES,
+        ],
     )
     return cursor.rowcount
 

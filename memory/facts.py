@@ -88,6 +88,22 @@ def place(versions: list[Version], valid_from: datetime) -> Placement:
     return Placement(None, None, None)
 
 
+def end_as_known(
+    valid_to: datetime | None,
+    earlier_ends: list[tuple[datetime, datetime]] | tuple = (),
+    *,
+    known_at: datetime,
+) -> datetime | None:
+    """A closed version's end as known at ``known_at``: its ``valid_to``, unless an older
+    fact placed inside it since then cut it short; ``earlier_ends`` holds, oldest first,
+    each end it had before such a cut and ``until`` when that end held (the cut's record
+    time)."""
+    for end, until in earlier_ends:
+        if until > known_at:
+            return end
+    return valid_to
+
+
 def visible(
     *,
     valid_from: datetime,
@@ -96,30 +112,53 @@ def visible(
     retired_at: datetime | None,
     as_of: datetime,
     known_at: datetime,
+    earlier_ends: list[tuple[datetime, datetime]] | tuple = (),
 ) -> bool:
     """Whether a version is what a reader at valid time ``as_of`` and record time
     ``known_at`` sees: recorded by ``known_at``, valid from ``as_of`` or before, and not
     yet ended at ``as_of`` as known at ``known_at`` (a version closed after ``known_at``
-    was, then, still open). ``VISIBLE_SQL`` is the same predicate for the database."""
+    was, then, still open; one cut short after ``known_at`` ended, then, where it ended
+    before the cut: ``end_as_known``). ``VISIBLE_SQL`` is the same predicate for the
+    database."""
     if recorded_at > known_at or valid_from > as_of:
         return False
     if valid_to is None or retired_at is None or retired_at > known_at:
         return True
-    return valid_to > as_of
+    return end_as_known(valid_to, earlier_ends, known_at=known_at) > as_of
 
+
+# A live entry: not past its ``expires_at`` (an expired entry vanishes at once from every
+# read; the purge task deletes it later).
+LIVE = "(expires_at IS NULL OR expires_at > now())"
 
 # ``visible`` over a memory row, for a reader at (as_of, known_at), each NULL for now. Now is
 # the reading statement's time (not its transaction's): a row written earlier in the same
-# transaction is seen.
+# transaction is seen. ``earlier_ends`` is a JSON array of {"valid_to", "until"}, oldest
+# first (NULL for almost every row: only a closed version an older fact cut short has one).
 _NOW = "statement_timestamp()"
+_AS_OF = f"coalesce(%s::timestamptz, {_NOW})"
+_KNOWN_AT = f"coalesce(%s::timestamptz, {_NOW})"
 _VISIBLE_SQL = (
-    f"(valid_from <= coalesce(%s::timestamptz, {_NOW})"
-    f" AND (valid_to IS NULL OR valid_to > coalesce(%s::timestamptz, {_NOW})"
-    f" OR retired_at > coalesce(%s::timestamptz, {_NOW}))"
-    f" AND recorded_at <= coalesce(%s::timestamptz, {_NOW}))"
+    f"(valid_from <= {_AS_OF}"  # noqa: S608 - constant clauses
+    f" AND (valid_to IS NULL OR retired_at IS NULL OR retired_at > {_KNOWN_AT}"
+    " OR CASE WHEN earlier_ends IS NULL THEN valid_to ELSE coalesce("
+    "(SELECT (e.value->>'valid_to')::timestamptz FROM jsonb_array_elements(earlier_ends)"
+    f" WITH ORDINALITY AS e(value, n) WHERE (e.value->>'until')::timestamptz > {_KNOWN_AT}"
+    f" ORDER BY e.n LIMIT 1), valid_to) END > {_AS_OF})"
+    f" AND recorded_at <= {_KNOWN_AT})"
 )
 # The default reader (valid now, as known now): the versions open now.
 CURRENT_SQL = f"(valid_from <= {_NOW} AND (valid_to IS NULL OR valid_to > {_NOW}))"
+# Cutting a version short at a new version's ``valid_from`` (parameters: that, the new
+# version's id, the version's id): a version already closed keeps the end it had, and
+# until when, in ``earlier_ends``; ``retired_at`` stays the first closing's.
+CUT_SHORT_SQL = (
+    "UPDATE memory_memoryentry SET valid_to = %s, superseded_by_id = %s, "
+    "earlier_ends = CASE WHEN retired_at IS NULL THEN earlier_ends ELSE "
+    "coalesce(earlier_ends, '[]'::jsonb) || jsonb_build_array(jsonb_build_object("
+    "'valid_to', valid_to, 'until', now())) END, "
+    "retired_at = coalesce(retired_at, now()), updated_at = now() WHERE id = %s"
+)
 
 
 def validity_sql(as_of: datetime | None, known_at: datetime | None) -> tuple[str, list]:
@@ -127,7 +166,7 @@ def validity_sql(as_of: datetime | None, known_at: datetime | None) -> tuple[str
     for a reader at ``as_of`` and ``known_at`` (None: now)."""
     if as_of is None and known_at is None:
         return CURRENT_SQL, []
-    return _VISIBLE_SQL, [as_of, as_of, known_at, known_at]
+    return _VISIBLE_SQL, [as_of, known_at, known_at, as_of, known_at]
 
 
 MAX_INSTANT_LENGTH = 64

@@ -1,7 +1,10 @@
 """Session events into memory (the synchronous path): user and model text only.
 
 Partial events, events without text (control events: state or artifact changes only),
-empty text and text that looks like it carries a credential are skipped. Each stored event
+empty text, text that looks like it carries a credential and turns that carry no fact
+(``memory.fillers``) are skipped. A turn whose text the scope holds already is a duplicate;
+one that nearly repeats a memory is merged into it (skipped, reason ``near_duplicate``:
+``memory.dedup``). Each stored event
 has a deterministic idempotency key, ``session:<session_id>:<event_id>``, or without a
 session ``event:<event_id>`` (an event id within the user's scope), so repeating the same
 call adds nothing and reports duplicates.
@@ -16,6 +19,7 @@ from ctxadmin.errors import ServiceError, invalid
 from ctxadmin.models import App
 from ctxadmin.pruning import looks_like_secret
 from memory import entries
+from memory.fillers import carries_no_fact
 from memory.inputs import MAX_INGEST_EVENTS, NewMemory
 from sessions_app.selectors import EventError, EventLimits, validate_event
 
@@ -51,11 +55,13 @@ def unfit_reason(event: dict) -> str | None:
 
 
 def skip_reason(event: dict) -> str | None:
-    """Why an event is not memory, or None when it is: ``unfit_reason``, or ``secret`` for
-    text that looks like it carries a credential."""
+    """Why an event is not memory, or None when it is: ``unfit_reason``, ``secret`` for
+    text that looks like it carries a credential, ``no_fact`` for filler."""
     reason = unfit_reason(event)
     if reason is None and looks_like_secret(event_text(event)):
         return "secret"
+    if reason is None and carries_no_fact(event_text(event)):
+        return "no_fact"
     return reason
 
 
@@ -108,14 +114,17 @@ def add_events(
             embed="auto",
         )
         try:
-            entry, created = entries.add_memory(app, user_id, new)
+            entry, outcome = entries.merge_memory(app, user_id, new)
         except ServiceError as exc:
             if exc.code == "idempotency_conflict":
                 reasons["changed_since_ingested"] += 1
                 continue
             raise
+        if outcome == entries.NEAR:
+            reasons["near_duplicate"] += 1
+            continue
         ids.append(entry["id"])
-        if created:
+        if outcome == entries.CREATED:
             added += 1
         else:
             duplicates += 1

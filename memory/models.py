@@ -26,6 +26,9 @@ class MemoryEntry(models.Model):
     user_id = models.CharField(max_length=128)
     content = models.TextField()
     content_sha256 = models.CharField(max_length=64)
+    # The SHA-256 of the normalised content (``memory.similarity.normalised``): two unkeyed
+    # live entries of a scope never share it (``memory/dedup.py``).
+    normalised_sha256 = models.CharField(max_length=64, blank=True, db_default="")
     metadata = models.JSONField(default=dict)
     # NULL: no key (the unique index covers keyed entries only).
     idempotency_key = models.CharField(max_length=256, null=True)  # noqa: DJ001
@@ -58,9 +61,23 @@ class MemoryEntry(models.Model):
     valid_to = models.DateTimeField(null=True)
     recorded_at = models.DateTimeField(db_default=Now())
     retired_at = models.DateTimeField(null=True)
+    # The ends a closed version had before older facts placed inside it cut it short, oldest
+    # first, each with ``until`` (the cut's record time): [{"valid_to", "until"}, ...]; NULL
+    # while never cut after closing. Readers at an earlier ``known_at`` see the end they knew.
+    earlier_ends = models.JSONField(null=True)
     # The next version of the key. The constraint is the migration's own (ON DELETE SET
     # NULL: entries are deleted by SQL, which Django's on_delete never sees).
     superseded_by = models.ForeignKey(
+        "self",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        null=True,
+        related_name="+",
+    )
+    # The entry this one nearly repeats, found when it was added (``memory/dedup.py``): a
+    # flag, not a link the entry depends on (ON DELETE SET NULL, the migration's own).
+    near_duplicate_of = models.ForeignKey(
         "self",
         on_delete=models.DO_NOTHING,
         db_constraint=False,
@@ -95,6 +112,18 @@ class MemoryEntry(models.Model):
                 fields=["app", "user_id", "key", "valid_from"],
                 condition=models.Q(key__isnull=False),
                 name="memory_fact_versions",
+            ),
+            # The same text in a scope (unkeyed entries: a key's versions may repeat a text).
+            models.Index(
+                fields=["app", "user_id", "normalised_sha256"],
+                condition=models.Q(key__isnull=True),
+                name="memory_same_text",
+            ),
+            # Unflagging the entries that nearly repeat a deleted one.
+            models.Index(
+                fields=["near_duplicate_of"],
+                condition=models.Q(near_duplicate_of__isnull=False),
+                name="memory_near_duplicates",
             ),
             # A version's predecessor (``supersedes``), and unlinking it when it is deleted.
             models.Index(

@@ -28,10 +28,36 @@ def _cut(text: str, limit_bytes: int) -> tuple[str, bool]:
     return encoded[:limit_bytes].decode("utf-8", errors="ignore"), True
 
 
+#: The most of a superseded version's content a keyed hit shows as ``before``.
+MAX_BEFORE_BYTES = 200
+
+
+def _attribute(text: str) -> str:
+    return escape(text).replace('"', "&quot;")
+
+
+def _versions(hit: dict) -> str:
+    """What a hit's versions say, as the block's attributes: a keyed hit's ``key``,
+    ``since`` (the day it became valid, UTC) and ``before`` (the content of the version it
+    superseded: its first ``MAX_BEFORE_BYTES``, escaped); an unkeyed hit of a group
+    (``memory.resolve``) its ``group`` and ``since``."""
+    since = (hit.get("valid_from") or "")[:10]
+    since = f' since="{since}"' if len(since) == 10 else ""
+    if hit.get("key"):
+        before = ""
+        if hit.get("before"):
+            cut, _truncated = _cut(hit["before"], MAX_BEFORE_BYTES)
+            before = f' before="{_attribute(cut)}"'
+        return f' key="{hit["key"]}"{since}{before}'
+    if hit.get("group"):
+        return f' group="{hit["group"]}"{since}'
+    return ""
+
+
 def _item(hit: dict, max_hit_bytes: int, first: bool) -> dict:
     body, truncated = _cut(escape(hit["content"]), max_hit_bytes)
     marker = ' truncated="true"' if truncated else ""
-    block = f'<memory id="{hit["id"]}" untrusted="true"{marker}>\n{body}\n</memory>'
+    block = f'<memory id="{hit["id"]}" untrusted="true"{_versions(hit)}{marker}>\n{body}\n</memory>'
     return {
         "memory_id": hit["id"],
         "score": hit["score"],
@@ -118,7 +144,8 @@ def pack_hits(
             continue
         body, truncated = _cut(escape(hit["content"]), max_hit_bytes)
         marker = ' truncated="true"' if truncated else ""
-        block = f'\n<memory n="{len(ids) + 1}"{_said(hit)}{marker}>\n{body}\n</memory>'
+        attributes = f"{_said(hit)}{_versions(hit)}{marker}"
+        block = f'\n<memory n="{len(ids) + 1}"{attributes}>\n{body}\n</memory>'
         size = _json_len(block) + len(hit["id"]) + 2 + (1 if ids else 0)
         if used + size > room_bytes:
             continue

@@ -1,4 +1,5 @@
-"""One (app, user) scope of memory: its fingerprint, its erasure lock and its erasure epoch.
+"""One (app, user) scope of memory: its fingerprint, its capacity, its erasure lock and its
+erasure epoch.
 
 The fingerprint names a scope in records that outlive its erasure (receipts, epochs, ended
 outbox jobs) without carrying the user id. The lock orders writes that carry an epoch after
@@ -9,6 +10,7 @@ epoch is refused (409 ``memory_erasure_epoch_stale``), so it cannot bring erased
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
 
 from ctxadmin.erasure import lock_user, user_fingerprint
@@ -71,3 +73,34 @@ def advance_epoch(app: App, user_id: str) -> int:
             [app.pk, scope_fingerprint(app, user_id)],
         )
         return int(cursor.fetchone()[0])
+
+
+def check_capacity(app: App, user_id: str, adding: int = 1) -> None:
+    """Refuse (422 ``memory_capacity_exceeded``) ``adding`` more entries where they would
+    pass the scope's limit (its statistics row: every entry until it is purged) or the
+    deployment's (from PostgreSQL's row estimate)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT coalesce((SELECT entries FROM memory_scopestats
+                              WHERE app_id = %s AND user_id = %s), 0),
+                   (SELECT greatest(reltuples, 0)::bigint FROM pg_class
+                     WHERE oid = 'memory_memoryentry'::regclass)
+            """,
+            [app.pk, user_id],
+        )
+        in_scope, total = cursor.fetchone()
+    if in_scope + adding > settings.CTXADMIN_MEMORY_MAX_PER_SCOPE:
+        raise ServiceError(
+            "memory_capacity_exceeded",
+            "This user's memory is full.",
+            status_code=422,
+            details={"limit": "per_scope", "maximum": settings.CTXADMIN_MEMORY_MAX_PER_SCOPE},
+        )
+    if total + adding > settings.CTXADMIN_MEMORY_MAX_TOTAL:
+        raise ServiceError(
+            "memory_capacity_exceeded",
+            "The deployment's memory is full.",
+            status_code=422,
+            details={"limit": "total", "maximum": settings.CTXADMIN_MEMORY_MAX_TOTAL},
+        )

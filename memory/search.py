@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from ctxadmin.errors import ServiceError
 from ctxadmin.models import App
 from memory import embedders, governance, scope_index
-from memory.entries import LIVE
+from memory.facts import LIVE
 from memory.fusion import (
     BM25_B,
     BM25_K1,
@@ -99,7 +99,7 @@ def _query_terms(app: App, user_id: str, query: str) -> tuple[list[_Term], float
     return terms, max(lexemes / entries, 1.0)
 
 
-def _tsquery(lexemes: list[str]) -> str:
+def tsquery_any(lexemes: list[str]) -> str:
     """A tsquery matching any of ``lexemes``, as tsquery input (each quoted, so no lexeme
     is parsed or normalised again)."""
     return " | ".join(
@@ -132,7 +132,7 @@ def _bm25(
              LIMIT %s
             """,  # noqa: S608 - placeholders only
             [
-                *(value for term in terms for value in (_tsquery([term.lexeme]), term.idf)),
+                *(value for term in terms for value in (tsquery_any([term.lexeme]), term.idf)),
                 BM25_K1 + 1,
                 BM25_K1,
                 BM25_B,
@@ -140,7 +140,7 @@ def _bm25(
                 avgdl,
                 app.pk,
                 user_id,
-                _tsquery([term.lexeme for term in matching]),
+                tsquery_any([term.lexeme for term in matching]),
                 *request.filter_params,
                 depth,
             ],
@@ -191,11 +191,8 @@ def _lexical(app: App, user_id: str, request: SearchRequest, depth: int) -> list
 def _vector(
     app: App, user_id: str, request: SearchRequest, depth: int, embedder=None
 ) -> list[tuple]:
-    """Cosine distance inside the scope, among the entries the configured embedder embedded
-    (a vector of another model is never compared). Over the scope's own HNSW index once it
-    has one (a large scope, ``memory/scope_index.py``); else exact in a small scope; else
-    over the shared HNSW index, whose iterative scans keep going until ``depth`` rows of
-    this scope are found, however small it is in the table."""
+    """The query's nearest entries (``nearest``) among those the configured embedder
+    embedded: a vector of another model is never compared."""
     embedder = embedder or embedders.embedder_from_settings()
     try:
         vector = embedders.embed_all(
@@ -208,11 +205,36 @@ def _vector(
         raise ServiceError(
             exc.code, "The embedder could not embed the query.", status_code=502
         ) from None
-    text = vector_text(vector)
-    scope = scope_index.plan(app.pk, user_id, embedder.name)
+    return nearest(
+        app,
+        user_id,
+        vector_text(vector),
+        depth,
+        embedder.name,
+        request.filter_sql,
+        request.filter_params,
+    )
+
+
+def nearest(
+    app: App,
+    user_id: str,
+    text: str,
+    depth: int,
+    model: str,
+    filter_sql: str = "TRUE",
+    filter_params=(),
+) -> list[tuple]:
+    """The ``depth`` entries of the scope nearest to the vector ``text`` (pgvector text) by
+    cosine among those ``model`` embedded and ``filter_sql`` admits, as (id, similarity),
+    best first. Over the scope's own HNSW index once it has one (a large scope,
+    ``memory/scope_index.py``); else exact in a small scope; else over the shared HNSW
+    index, whose iterative scans keep going until ``depth`` rows of this scope are found,
+    however small it is in the table."""
+    scope = scope_index.plan(app.pk, user_id, model)
     if scope.index_id is not None:
-        ef_search = scope_index.ef_search(scope.entries, depth)
-        return _vector_own_index(app, user_id, request, depth, embedder, text, ef_search)
+        ef = scope_index.ef_search(scope.entries, depth)
+        return _vector_own_index(app, user_id, depth, model, text, ef, filter_sql, filter_params)
     if scope.entries <= EXACT_SEARCH_MAX:
         # Exact: the distance expression (``+ 0``) is one no index orders by, so the scope's
         # rows are found through its own index and every one of them is ranked. Read in the
@@ -223,11 +245,11 @@ def _vector(
             SELECT id::text, 1 - (embedding <=> %s::vector) AS score
               FROM memory_memoryentry
              WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL
-               AND embedding_model = %s AND {LIVE} AND ({request.filter_sql})
+               AND embedding_model = %s AND {LIVE} AND ({filter_sql})
              ORDER BY (embedding <=> %s::vector) + 0
              LIMIT %s
             """,  # noqa: S608 - the filter is compiled with placeholders only
-            [text, app.pk, user_id, embedder.name, *request.filter_params, text, depth],
+            [text, app.pk, user_id, model, *filter_params, text, depth],
         )
     rows = _under_settings(
         _hnsw_settings(max(HNSW_MIN_EF_SEARCH, min(1000, depth * 2))),
@@ -235,11 +257,11 @@ def _vector(
         SELECT id::text, 1 - (embedding <=> %s::vector) AS score
           FROM memory_memoryentry
          WHERE app_id = %s AND user_id = %s AND embedding IS NOT NULL
-           AND embedding_model = %s AND {LIVE} AND ({request.filter_sql})
+           AND embedding_model = %s AND {LIVE} AND ({filter_sql})
          ORDER BY embedding <=> %s::vector
          LIMIT %s
         """,  # noqa: S608 - the filter is compiled with placeholders only
-        [text, app.pk, user_id, embedder.name, *request.filter_params, text, depth],
+        [text, app.pk, user_id, model, *filter_params, text, depth],
     )
     return sorted(rows, key=lambda row: -row[1])  # relaxed order: exact order by score
 
@@ -280,11 +302,12 @@ def _under_settings(configuration: dict[str, str], statement: str, params: list)
 def _vector_own_index(
     app: App,
     user_id: str,
-    request: SearchRequest,
     depth: int,
-    embedder,
+    model: str,
     text: str,
     ef_search: int,
+    filter_sql: str,
+    filter_params,
 ) -> list[tuple]:
     """Over the scope's own HNSW index (``memory/scope_index.py``): the scope named by
     literals, which the planner needs to use a partial index, and the distance in
@@ -295,12 +318,12 @@ def _vector_own_index(
         f"""
         SELECT id::text, 1 - (embedding <=> %s::vector) AS score
           FROM memory_memoryentry
-         WHERE {scope_index.scope_predicate(app.pk, user_id, embedder.name)}
-           AND embedding IS NOT NULL AND {LIVE} AND ({request.filter_sql})
+         WHERE {scope_index.scope_predicate(app.pk, user_id, model)}
+           AND embedding IS NOT NULL AND {LIVE} AND ({filter_sql})
          ORDER BY embedding::{halfvec} <=> %s::{halfvec}
          LIMIT %s
         """,  # noqa: S608 - literals quoted by psycopg, the filter compiled with placeholders
-        [text, *request.filter_params, text, depth],
+        [text, *filter_params, text, depth],
     )
     return sorted(rows, key=lambda row: -row[1])  # relaxed order: exact order by score
 

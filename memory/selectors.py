@@ -12,7 +12,7 @@ from django.db.models.functions import TruncHour
 
 from ctxadmin.models import App
 from ctxadmin.series import per_hour
-from memory.models import OutboxJob, OutboxRows, ScopeStats, SearchCount
+from memory.models import MemoryEntry, OutboxJob, OutboxRows, ScopeStats, SearchCount
 
 #: The apps the dashboard lists by searches and by entries.
 APPS_SHOWN = 20
@@ -84,8 +84,15 @@ def memory_per_app(limit: int = APPS_SHOWN) -> dict:
     )
     shown = rows[:limit]
     names = dict(App.objects.filter(pk__in=[app for app, *_ in shown]).values_list("pk", "name"))
+    # Facts over time: the entries with a key (the partial index of keyed entries), and of
+    # them the closed versions (superseded, kept in their key's history).
+    versions = MemoryEntry.objects.filter(key__isnull=False).aggregate(
+        keyed=Count("id"), closed=Count("id", filter=Q(valid_to__isnull=False))
+    )
     return {
         "entries": sum(int(entries) for _app, entries, _scopes in rows),
+        "keyed": versions["keyed"],
+        "closed_versions": versions["closed"],
         "apps_with_entries": len(rows),
         "apps": [
             {"app": names.get(app, f"#{app}"), "entries": int(entries), "scopes": scopes}

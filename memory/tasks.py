@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from ctxadmin.batches import in_batches
-from memory import governance, scope_index, search, vectors
+from memory import dedup, governance, scope_index, search, vectors
 from memory.outbox import operations, worker
 
 MAX_BATCHES_PER_RUN = 50
@@ -19,6 +19,12 @@ def embed_pending() -> int:
     """Embed entries written without a vector, in batches, until none is left (or a bound
     per run; the beat runs it again)."""
     return in_batches(vectors.embed_pending_batch, 1, MAX_BATCHES_PER_RUN)
+
+
+@shared_task(name="memory.flag_near_duplicates")
+def flag_near_duplicates(entry_id: str) -> int:
+    """Flag a newly added entry that nearly repeats one of its scope's."""
+    return dedup.flag_near_duplicates([entry_id])
 
 
 @shared_task(name="memory.purge_expired")

@@ -13,7 +13,8 @@ from django.conf import settings
 
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError
-from memory import neighbours, render
+from memory import neighbours, render, resolve, slot
+from memory import profile as memory_profile
 from memory import search as memory_search
 from runner.inputs import ContextRequest, MemoryRetrieval
 from sessions_app import history, telemetry
@@ -46,12 +47,44 @@ def _memory_hits(session: Session, retrieval: MemoryRetrieval | None, room: int)
     if retrieval is None:
         return []
     try:
-        return memory_search.search(session.app, session.user_id, retrieval.search_in(room))
+        hits = memory_search.search(session.app, session.user_id, retrieval.search_in(room))
     except ServiceError:
         if retrieval.on_error == "omit":
             telemetry.CONTEXT_BUILDS.labels("memory_omitted").inc()
             return []
         raise
+    return resolve.resolve(slot.with_versions(session.app, session.user_id, hits))
+
+
+def _profile(session: Session, request: ContextRequest) -> tuple[list | None, dict | None]:
+    """The profile part (one untrusted item holding the block, or none when no field is
+    found) and its content-free accounting; (None, None) when the request asks for none."""
+    if request.profile is None:
+        return None, None
+    profile = memory_profile.user_profile(session.app, session.user_id, request.profile)
+    ids = [field["memory_id"] for field in profile["fields"]]
+    part = (
+        [
+            {
+                "memory_ids": ids,
+                "untrusted": True,
+                "content": {"role": "user", "parts": [{"text": profile["text"]}]},
+            }
+        ]
+        if ids
+        else []
+    )
+    summary = {
+        "fields": len(ids),
+        "bytes": profile["bytes"],
+        "sha256": profile["sha256"],
+        "truncated": profile["truncated"],
+    }
+    logger.info(
+        "context_profile",
+        extra={"app_id": session.app_id, "session_pk": session.pk, **summary},
+    )
+    return part, summary
 
 
 def _packs(retrieval: MemoryRetrieval | None) -> bool:
@@ -82,15 +115,19 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
     policy = request.policy
     retrieval = request.memory
     packing = _packs(retrieval)
+    profile_part, profile_summary = _profile(session, request)
 
     def fixed(memory: list) -> dict:
-        return env.fixed_parts(
+        parts = env.fixed_parts(
             instructions=request.instructions,
             generation_config=request.generation_config,
             tools=request.tools,
             memory=memory,
             current_input=request.current_input,
         )
+        if profile_part is not None:
+            parts["profile"] = profile_part
+        return parts
 
     parts = fixed([])
     request_limit = policy.request_byte_limit(settings.CTXADMIN_MAX_CONTEXT_BYTES)
@@ -210,6 +247,7 @@ def build_context(session: Session, request: ContextRequest) -> BuiltContext:
             "truncated": selection.truncated,
             "compaction_id": compaction_id,
             "memory_hits": render.hit_count(parts["memory"]),
+            **({"profile": profile_summary} if profile_summary is not None else {}),
             "build_ms": round(elapsed_ms, 3),
         },
         fingerprint=fingerprint,

@@ -17,19 +17,32 @@ from ctxadmin.errors import ServiceError, invalid, strict_object
 from ctxadmin.providers.base import UnknownConnection, get_connection
 from ctxadmin.pruning import echoed
 from memory import inputs as memory_inputs
+from memory import profile as memory_profile
 from memory import render
 from sessions_app.context.policy import ContextPolicy, PolicyError, parse_context_policy
 from sessions_app.events import EventError, validate_content
 from sessions_app.services import event_limits
 
 CONTEXT_REQUEST_KEYS = frozenset(
-    {"current_input", "instructions", "generation_config", "tools", "policy", "memory"}
+    {"current_input", "instructions", "generation_config", "tools", "policy", "memory", "profile"}
 )
 
 
 MEMORY_KEYS = frozenset(
-    {"query", "mode", "limit", "filter", "max_hit_bytes", "max_total_bytes", "on_error"}
+    {
+        "query",
+        "mode",
+        "limit",
+        "filter",
+        "as_of",
+        "known_at",
+        "max_hit_bytes",
+        "max_total_bytes",
+        "on_error",
+    }
 )
+# What of a memory retrieval is its search's (the rest shapes the slot).
+_SEARCH_KEYS = frozenset({"query", "mode", "limit", "filter", "as_of", "known_at"})
 
 
 MAX_MEMORY_HIT_BYTES = 64 * 1024
@@ -50,6 +63,7 @@ class ContextRequest:
     tools: list | None
     policy: ContextPolicy
     memory: MemoryRetrieval | None = None
+    profile: Any = None  # memory.profile.ProfileRequest: the profile slot, placed first
 
 
 @dataclass(frozen=True)
@@ -102,7 +116,7 @@ def memory_retrieval(value: Any) -> MemoryRetrieval:
     on_error = value.get("on_error", "error")
     if on_error not in MEMORY_ON_ERROR:
         raise invalid("memory.on_error", "must be error or omit")
-    search_body = {k: v for k, v in value.items() if k in {"query", "mode", "limit", "filter"}}
+    search_body = {k: v for k, v in value.items() if k in _SEARCH_KEYS}
     follows = "limit" not in search_body
     search_body.setdefault("limit", memory_inputs.MAX_SEARCH_LIMIT)
     try:
@@ -151,7 +165,10 @@ def parse_context_request(body: Any) -> ContextRequest:
     except PolicyError as exc:
         raise invalid(exc.path, exc.message) from None
     memory = memory_retrieval(body["memory"]) if body.get("memory") is not None else None
-    return ContextRequest(current_input, instructions, config, tools, policy, memory)
+    profile = None
+    if body.get("profile") is not None:
+        profile = memory_profile.parse_profile_body(body["profile"], "profile")
+    return ContextRequest(current_input, instructions, config, tools, policy, memory, profile)
 
 
 INVOCATION_REQUEST_KEYS = frozenset(
@@ -161,6 +178,7 @@ INVOCATION_REQUEST_KEYS = frozenset(
         "agent",
         "context_policy",
         "memory_retrieval",
+        "profile",
         "cache",
         "ingestion",
         "deadline_ms",
@@ -264,6 +282,7 @@ def parse_invocation_request(body: Any) -> InvocationRequest:
             "tools": agent.declarations or None,
             "policy": body.get("context_policy"),
             **({"memory": memory} if memory is not None else {}),
+            "profile": body.get("profile"),
         }
     )
     cache = body.get("cache", {})

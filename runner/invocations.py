@@ -201,7 +201,9 @@ def _context(session: Session, request: InvocationRequest, deadline: float):
             built.accounting["compaction_id"] = str(checkpoint.compaction_id)
     envelope = json.loads(built.envelope_json)
     history = [item for item in envelope["history"] if sendable(item.get("content"))]
-    contents = [sendable(item["content"]) for item in history]
+    # The profile first: the same profile is the same bytes, a prefix a provider can cache.
+    contents = [item["content"] for item in envelope.get("profile") or ()]
+    contents += [sendable(item["content"]) for item in history]
     contents += [item["content"] for item in envelope["memory"]]
     contents.append(envelope["current_input"])
     return built, contents, history, policy

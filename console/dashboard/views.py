@@ -86,6 +86,8 @@ def present(data: dict) -> dict:
         "cache_entries_active": number(entries["by_state"]["active"]),
         "cache_hits_on_entries": number(entries["hits_on_entries"]),
         "memory_entries": number(memory["entries"]),
+        "memory_keyed": number(memory["keyed"]),
+        "memory_closed_versions": number(memory["closed_versions"]),
         "memory_apps": number(memory["apps_with_entries"]),
         "memory_searches": number(searched["total"]),
         "mcp_calls": number(data["mcp_calls"]),

@@ -17,6 +17,7 @@ TAG_RULES = (
     ("/sessions/{sid}/events", "events"),
     ("/memories", "memory"),
     ("/memory-policy", "memory"),
+    ("/profile", "memory"),
     ("/key", "keys"),
     ("/tool-token", "keys"),
     ("/sessions", "sessions"),

@@ -23,6 +23,7 @@ MEMORY = {
     "retired_at": None,
     "superseded_by": None,
     "supersedes": None,
+    "near_duplicate_of": None,
 }
 
 HITS = {
@@ -104,6 +105,7 @@ DOCS = {
     },
     "memories_history": {"summary": "The versions of a memory's key"},
     "memories_rollback": {"summary": "Restore a version of a memory as a new version"},
+    "memory_profile": {"summary": "The user's profile: live facts under key prefixes"},
     "memories_touch": {
         "summary": "Refresh the time to live of memories",
         "request": {"ids": ["7939cdaa-b97a-4b3a-a805-d87dac3923ce"]},

@@ -229,6 +229,14 @@ COMPONENTS = {
                 "nullable": True,
                 "description": "the version of its key it cut short",
             },
+            "near_duplicate_of": {
+                "type": "string",
+                "format": "uuid",
+                "nullable": True,
+                "description": "the unkeyed memory of the scope this one nearly repeats, set "
+                "by a worker once the add commits (a flag; ingestion merges such turns "
+                "instead)",
+            },
         },
         [
             "id",
@@ -248,6 +256,7 @@ COMPONENTS = {
             "retired_at",
             "superseded_by",
             "supersedes",
+            "near_duplicate_of",
         ],
     ),
     "MemoryHistory": _strict(

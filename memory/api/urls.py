@@ -1,6 +1,6 @@
 from django.urls import path
 
-from memory.api import governance_views, ingest_views, outbox_views, views
+from memory.api import governance_views, ingest_views, outbox_views, profile_views, views
 
 base = "apps/<str:app>/users/<str:user>/memories"
 
@@ -28,6 +28,11 @@ urlpatterns = [
     ),
     # Literal paths above: a memory id is anything else after memories/.
     path(f"{base}/<str:memory_id>", views.MemoryDetailView.as_view(), name="memory"),
+    path(
+        "apps/<str:app>/users/<str:user>/profile",
+        profile_views.ProfileView.as_view(),
+        name="memory-profile",
+    ),
     path("apps/<str:app>/memory-users", views.MemoryUsersView.as_view(), name="memory-users"),
     path(
         f"{base}/<str:memory_id>/history",

@@ -72,8 +72,11 @@ class MemoryListView(MemoryScopedView):
 
     @extend_schema(
         operation_id="memories_add",
-        description="201 with a new entry; 200 with the entry an `idempotency_key` already "
-        "names (same content) or, with `replace`, the entry it replaced.",
+        description="201 with a new entry (a worker then names the memory it nearly repeats, "
+        "if any, in its `near_duplicate_of`); 200 with the entry an `idempotency_key` "
+        "already names (same content), the live unkeyed entry holding the same normalised "
+        "text (an add without a `key`), the key's live version holding it (with a `key`), "
+        "or, with `replace`, the entry it replaced.",
         request={JSON: ref("MemoryCreate")},
         responses={201: ref("Memory"), 200: ref("Memory")},
     )

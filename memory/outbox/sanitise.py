@@ -8,6 +8,7 @@ from django.conf import settings
 from ctxadmin.pruning import looks_like_secret, redact_secret_text
 from ctxadmin.timestamps import iso_timestamp
 from memory import ingest
+from memory.fillers import carries_no_fact
 from memory.inputs import REDACTED
 
 
@@ -18,7 +19,7 @@ def sanitise(row: dict) -> tuple[dict, bool]:
     credential-looking span replaced by ``[redacted]``); an item to skip keeps only its id,
     seq and the reason: ``partial``, ``control`` (no text part: state or artifact changes),
     ``empty``, ``too_large`` (over ``CTXADMIN_MEMORY_MAX_CONTENT_BYTES``), ``secret`` (nothing
-    left once redacted)."""
+    left once redacted), ``no_fact`` (filler: ``memory.fillers``)."""
     base = {"event_id": row["event_id"], "seq": row["seq"]}
     unfit = ingest.unfit_reason(row)
     if unfit is not None:
@@ -32,6 +33,8 @@ def sanitise(row: dict) -> tuple[dict, bool]:
             return {**base, "skip": "secret"}, True
     if len(text.encode("utf-8")) > settings.CTXADMIN_MEMORY_MAX_CONTENT_BYTES:
         return {**base, "skip": "too_large"}, redacted
+    if carries_no_fact(text):
+        return {**base, "skip": "no_fact"}, redacted
     return {
         **base,
         "author": row["author"],

@@ -17,7 +17,7 @@ from django.db import DatabaseError, connection, transaction
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError
 from ctxadmin.wake import wake
-from memory import embedders, entries, governance
+from memory import dedup, embedders, entries, governance
 from memory.models import OutboxJob
 from memory.outbox.jobs import (
     ACTIVE_SQL,
@@ -27,7 +27,8 @@ from memory.outbox.jobs import (
     code_of,
     end_jobs,
 )
-from memory.scope import current_epoch, lock_scope
+from memory.scope import check_capacity, current_epoch, lock_scope
+from memory.similarity import near_words, normalised_sha256, words
 from memory.vectors import embedder_is_local, vector_text
 
 logger = logging.getLogger("ctxadmin.outbox")
@@ -146,18 +147,49 @@ def _renew(cursor, job: OutboxJob, token: str) -> None:
 _SEARCH_TEXT = entries.SEARCH_TEXT.format(author="i.author", ts="i.ts", content="i.content")
 
 
+def _deduplicated(app, user_id: str, items: list[dict], vectors, result: BatchResult):
+    """The items to write, with their vectors and normalised hashes: not those whose text the
+    scope or an earlier item holds already (duplicates), nor those that nearly repeat an
+    earlier item or one of the scope's memories (merged: skipped, ``near_duplicate``;
+    ``memory.dedup``). The texts are locked to the end of the batch's transaction."""
+    digests = [normalised_sha256(item["text"]) for item in items]
+    dedup.lock_texts(app, user_id, digests)
+    held = dedup.same_texts(app, user_id, digests)
+    kept: list[int] = []
+    kept_words: list[frozenset[str]] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        if digests[index] in held or digests[index] in seen:
+            result.duplicates += 1
+            continue
+        mine = words(item["text"])
+        near = any(near_words(mine, other) for other in kept_words) or (
+            dedup.near_duplicate(app, user_id, item["text"]) is not None
+        )
+        if near:
+            result.skipped["near_duplicate"] = result.skipped.get("near_duplicate", 0) + 1
+            continue
+        seen.add(digests[index])
+        kept.append(index)
+        kept_words.append(mine)
+    return [items[i] for i in kept], [vectors[i] for i in kept], [digests[i] for i in kept]
+
+
 def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str) -> BatchResult:
-    """Insert the batch's entries; a key stored already is a duplicate (same content) or a
-    skip (``changed_since_ingested``: other content under the key; ``expired_key_kept``: an
-    expired entry that retention or a legal hold keeps)."""
+    """Insert the batch's entries, each text once (``_deduplicated``); a key stored already
+    is a duplicate (same content) or a skip (``changed_since_ingested``: other content under
+    the key; ``expired_key_kept``: an expired entry that retention or a legal hold keeps)."""
     result = BatchResult()
     if not items:
         return result
     app, user_id, session_id = job.app, job.user_id, job.session_id
     terms = governance.write_terms(app, user_id)
+    items, vectors, same_texts = _deduplicated(app, user_id, items, vectors, result)
+    if not items:
+        return result
     keys = [f"session:{session_id}:{item['event_id']}" for item in items]
     governance.release_expired_keys(app, user_id, keys)
-    entries.check_capacity(app, user_id, len(items))
+    check_capacity(app, user_id, len(items))
     texts = [item["text"] for item in items]
     digests = [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts]
     metadata = [
@@ -169,7 +201,7 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
             (id, app_id, user_id, content, content_sha256, metadata, idempotency_key,
              session_id, event_id, author, source_timestamp, search, embedding,
              embedding_model, content_bytes, created_at, updated_at, expires_at, retain_until,
-             valid_from, recorded_at, job_id)
+             valid_from, recorded_at, job_id, normalised_sha256)
         SELECT i.id, %s, %s, i.content, i.digest, i.metadata::jsonb, i.key, %s, i.event_id,
                i.author, i.ts::timestamptz,
                memory_search_vector(%s::regconfig, {_SEARCH_TEXT}),
@@ -177,10 +209,10 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
                octet_length(i.content), statement_timestamp(), statement_timestamp(),
                statement_timestamp() + %s::integer * interval '1 second',
                statement_timestamp() + %s::integer * interval '1 day',
-               least(coalesce(i.ts::timestamptz, now()), now()), now(), %s
+               least(coalesce(i.ts::timestamptz, now()), now()), now(), %s, i.same_text
           FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                      %s::text[], %s::text[], %s::text[])
-               AS i(id, content, digest, metadata, key, event_id, author, ts, vector)
+                      %s::text[], %s::text[], %s::text[], %s::text[])
+               AS i(id, content, digest, metadata, key, event_id, author, ts, vector, same_text)
         ON CONFLICT (app_id, user_id, idempotency_key)
             WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING idempotency_key
@@ -203,6 +235,7 @@ def _write_batch(cursor, job: OutboxJob, items: list[dict], vectors, model: str)
             [item["author"] for item in items],
             [item["timestamp"] for item in items],
             vectors,
+            same_texts,
         ],
     )
     inserted = {row[0] for row in cursor.fetchall()}

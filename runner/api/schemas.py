@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN
 from ctxadmin.api.schema import OBJECT, ref, strict
+from memory.facts import MAX_FACT_KEY_LENGTH, MAX_INSTANT_LENGTH
 from memory.inputs import MAX_QUERY_BYTES, MAX_SEARCH_LIMIT, MODES
+from memory.profile import (
+    DEFAULT_PROFILE_BYTES,
+    MAX_PROFILE_BYTES,
+    MAX_PROFILE_FIELDS,
+    MAX_PROFILE_PREFIXES,
+)
 from memory.render import MIN_PACKED_HIT_BYTES
 from runner.inputs import (
     INGESTION_MODES,
@@ -19,6 +26,33 @@ from runner.inputs import (
 
 _ID = {"type": "string", "pattern": f"^{ID_PATTERN}$", "maxLength": 128}
 _NULLABLE_INT = {"type": "integer", "nullable": True}
+_INSTANT = {
+    "type": "string",
+    "format": "date-time",
+    "nullable": True,
+    "maxLength": MAX_INSTANT_LENGTH,
+}
+_PROFILE = strict(
+    {
+        "prefixes": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_PROFILE_PREFIXES,
+            "items": {"type": "string", "minLength": 1, "maxLength": MAX_FACT_KEY_LENGTH},
+            "description": "keys or key prefixes in the key grammar (dot-separated segments "
+            "of a-z 0-9 _ -, case-folded), matched segment by segment",
+        },
+        "max_fields": {"type": "integer", "minimum": 1, "maximum": MAX_PROFILE_FIELDS},
+        "max_bytes": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_PROFILE_BYTES,
+            "description": f"the most bytes of the block (default {DEFAULT_PROFILE_BYTES})",
+        },
+    },
+    ["prefixes"],
+    nullable=True,
+)
 
 
 def _retrieval(filter_schema: dict, **first: dict) -> dict:
@@ -38,6 +72,15 @@ def _retrieval(filter_schema: dict, **first: dict) -> dict:
             "configuration measured (hybrid, packed, the best hits with their neighbours).",
         },
         "filter": filter_schema,
+        "as_of": {
+            **_INSTANT,
+            "description": "valid time: the slot shows the version of each key true at this "
+            "instant (default: now)",
+        },
+        "known_at": {
+            **_INSTANT,
+            "description": "record time: as ctxadmin knew them at this instant (default: now)",
+        },
         "max_hit_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_MEMORY_HIT_BYTES},
         "max_total_bytes": {
             "type": "integer",
@@ -68,6 +111,8 @@ CONTEXT_COMPONENTS = {
                 ["query"],
                 nullable=True,
             ),
+            # The user's profile block, placed first in the envelope.
+            "profile": _PROFILE,
         },
         ["current_input"],
     ),
@@ -80,6 +125,8 @@ CONTEXT_COMPONENTS = {
                     "tools": {"type": "array", "items": OBJECT},
                     "history": {"type": "array", "items": OBJECT},
                     "memory": {"type": "array", "items": OBJECT},
+                    # Present when the request asks for a profile: [] or one item.
+                    "profile": {"type": "array", "items": OBJECT},
                     "current_input": ref("Content"),
                 }
             ),
@@ -111,6 +158,8 @@ INVOCATION_COMPONENTS = {
             ),
             "context_policy": ref("ContextPolicy"),
             "memory_retrieval": strict(_retrieval(OBJECT)),
+            # The user's profile block, sent first (before history and memory).
+            "profile": _PROFILE,
             "cache": {
                 "oneOf": [
                     strict(

@@ -29,10 +29,11 @@ class ContextView(SessionsScopedView):
     )
     def post(self, request, app, user, sid):
         context_request = parse_context_request(request.data)  # before any event is read
-        if context_request.memory is not None and not request.auth.has_scope(SCOPE_MEMORY):
+        reads_memory = context_request.memory is not None or context_request.profile is not None
+        if reads_memory and not request.auth.has_scope(SCOPE_MEMORY):
             raise ServiceError(
                 "permission_denied",
-                "Memory retrieval needs an API key with the 'memory' scope.",
+                "Memory retrieval and a profile need an API key with the 'memory' scope.",
                 status_code=403,
             )
         session = self.session_or_404(sid)
@@ -57,6 +58,12 @@ class InvocationListView(SessionsScopedView):
     )
     def post(self, request, app, user, sid):
         parsed = parse_invocation_request(request.data)
+        if parsed.context.profile is not None and not request.auth.has_scope(SCOPE_MEMORY):
+            raise ServiceError(
+                "permission_denied",
+                "A profile needs an API key with the 'memory' scope.",
+                status_code=403,
+            )
         session = self.session_or_404(sid)
         body, ran = invocations.run(self.tenant, user, session, parsed)
         return Response(body, status=status.HTTP_201_CREATED if ran else status.HTTP_200_OK)

@@ -144,7 +144,7 @@ def _served(caller: Caller, label: str, work: Callable[[], Any]) -> Any:
 
 
 def _tool_result(caller: Caller, tool: mcp_tools.Tool | None, arguments: dict | None) -> dict:
-    if tool is None or not caller.may(tool.scope, tool.capability):
+    if tool is None or not tool.allows(caller):
         raise _denied()
     args = arguments if arguments is not None else {}
     error = best_match(_VALIDATORS[tool.name].iter_errors(args))

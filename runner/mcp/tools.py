@@ -14,7 +14,7 @@ from ctxadmin.api.paths import path_segment_error
 from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError, invalid, not_found, session_not_found
 from ctxadmin.models import SCOPE_MEMORY, SCOPE_SESSIONS
-from memory import entries, erasure, new_memory
+from memory import entries, erasure, new_memory, versions
 from memory import inputs as memory_inputs
 from memory import search as memory_search
 from memory.outbox import operations
@@ -60,6 +60,14 @@ class Tool:
     capability: str | None  # what a delegated credential needs (None: keys only)
     handler: Callable[[Caller, dict], dict]
     read_only: bool = False
+    # What else a delegated credential needs (a rollback ends the live version: a delete).
+    also_needs: tuple[str, ...] = ()
+
+    def allows(self, caller: Caller) -> bool:
+        """Whether the caller may list and call this tool."""
+        if not caller.may(self.scope, self.capability):
+            return False
+        return not caller.delegated or all(caller.may(self.scope, c) for c in self.also_needs)
 
 
 def user_of(caller: Caller, args: dict) -> str:
@@ -104,7 +112,9 @@ def _picked(args: dict, names: tuple[str, ...]) -> dict:
 
 def memory_search_tool(caller: Caller, args: dict) -> dict:
     user = user_of(caller, args)
-    request = memory_inputs.parse_search(_picked(args, ("query", "mode", "filter", "limit")))
+    request = memory_inputs.parse_search(
+        _picked(args, ("query", "mode", "filter", "limit", "as_of", "known_at"))
+    )
     hits = memory_search.search(caller.app, user, request)
     kept, size = [], 0
     for hit in hits:
@@ -117,8 +127,26 @@ def memory_search_tool(caller: Caller, args: dict) -> dict:
 
 def memory_add_tool(caller: Caller, args: dict) -> dict:
     user = user_of(caller, args)
-    new = new_memory.parse_new_memory(_picked(args, ("content", "metadata", "idempotency_key")))
-    entry, created = entries.add_memory(caller.app, user, new)
+    new = new_memory.parse_new_memory(
+        _picked(args, ("content", "metadata", "idempotency_key", "key", "valid_from"))
+    )
+    entry, created = entries.add_memory(caller.app, user, new, written_by=caller.prefix)
+    return {"memory": entry, "created": created}
+
+
+def memory_history_tool(caller: Caller, args: dict) -> dict:
+    user = user_of(caller, args)
+    return {
+        "note": UNTRUSTED,
+        "versions": versions.memory_history(caller.app, user, args["memory_id"]),
+    }
+
+
+def memory_rollback_tool(caller: Caller, args: dict) -> dict:
+    user = user_of(caller, args)
+    entry, created = versions.rollback_memory(
+        caller.app, user, args["memory_id"], written_by=caller.prefix
+    )
     return {"memory": entry, "created": created}
 
 
@@ -222,6 +250,17 @@ _SEARCH_PROPS = {
     },
     "filter": {"type": "object", "description": "Metadata filter, as the REST API's `filter`."},
     "limit": {"type": "integer", "minimum": 1, "maximum": memory_inputs.MAX_SEARCH_LIMIT},
+    "as_of": {
+        "type": "string",
+        "maxLength": 64,
+        "description": "Valid time: the facts true at this instant (ISO 8601 with a zone; "
+        "default now).",
+    },
+    "known_at": {
+        "type": "string",
+        "maxLength": 64,
+        "description": "Record time: as the memory knew them at this instant (default now).",
+    },
 }
 
 TOOLS: tuple[Tool, ...] = (
@@ -238,13 +277,27 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "memory_add",
         "Store one fact or preference in the user's long-term memory. Give an idempotency_key "
-        "to make retries safe: the same key returns the stored memory instead of a second one.",
+        "to make retries safe: the same key returns the stored memory instead of a second one. "
+        "Give a key (e.g. preference.seat) when the fact can change: a new memory with the "
+        "same key supersedes the old one, which stays in the key's history.",
         _schema(
             {
                 "user_id": _USER,
                 "content": {"type": "string", "minLength": 1, "description": "The memory text."},
                 "metadata": {"type": "object", "description": "Flat labels to filter by later."},
                 "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 256},
+                "key": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 128,
+                    "description": "The fact this is a version of: dot-separated segments of "
+                    "a-z 0-9 _ - (e.g. preference.seat).",
+                },
+                "valid_from": {
+                    "type": "string",
+                    "maxLength": 64,
+                    "description": "Since when it is true (ISO 8601 with a zone; default now).",
+                },
             },
             ("content",),
         ),
@@ -260,6 +313,28 @@ TOOLS: tuple[Tool, ...] = (
         "memory_get",
         memory_get_tool,
         read_only=True,
+    ),
+    Tool(
+        "memory_history",
+        "The versions of a memory's key, oldest first, each with when it was true (valid_from, "
+        "valid_to), when it was recorded and retired, and who wrote it (untrusted reference "
+        "data).",
+        _schema({"user_id": _USER, "memory_id": _MEMORY_ID}, ("memory_id",)),
+        SCOPE_MEMORY,
+        "memory_search",
+        memory_history_tool,
+        read_only=True,
+    ),
+    Tool(
+        "memory_rollback",
+        "Restore a closed version of a keyed memory as a new version valid from now, "
+        "superseding the current one (the history keeps both). A token needs memory_delete "
+        "as well as memory_add.",
+        _schema({"user_id": _USER, "memory_id": _MEMORY_ID}, ("memory_id",)),
+        SCOPE_MEMORY,
+        "memory_add",
+        memory_rollback_tool,
+        also_needs=("memory_delete",),
     ),
     Tool(
         "memory_delete",
@@ -379,7 +454,7 @@ BY_NAME = {tool.name: tool for tool in TOOLS}
 
 
 def visible(caller: Caller) -> list[Tool]:
-    return [tool for tool in TOOLS if caller.may(tool.scope, tool.capability)]
+    return [tool for tool in TOOLS if tool.allows(caller)]
 
 
 def result_size_error(size: int) -> ServiceError:

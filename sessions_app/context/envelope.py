@@ -20,6 +20,8 @@ from sessions_app.events import estimate_tokens
 # for an absent part) is 99 bytes; with the current input's item allowance, 96 covers it.
 FRAMING_BASE_BYTES = 96
 FRAMING_PER_ITEM_BYTES = 8
+# A profile part's key and separator (``"profile":`` and a comma), beyond the framing.
+PROFILE_MEMBER_BYTES = len('"profile":,')
 CATEGORIES = (
     "instructions",
     "generation_config",
@@ -59,6 +61,8 @@ def fixed_sizes(parts: dict[str, Any]) -> dict[str, int]:
         "memory": canonical_size(parts["memory"]) if parts["memory"] else 0,
         "current_input": canonical_size(parts["current_input"]),
     }
+    if "profile" in parts:  # only when asked for: its member's own key counted with it
+        sizes["profile"] = canonical_size(parts["profile"]) + PROFILE_MEMBER_BYTES
     sizes["framing"] = FRAMING_BASE_BYTES + FRAMING_PER_ITEM_BYTES  # + the current input
     return sizes
 
@@ -84,6 +88,8 @@ def accounting(
     bytes_by["history"] = history_bytes
     bytes_by["framing"] = sizes["framing"] + FRAMING_PER_ITEM_BYTES * history_items
     ordered = {category: bytes_by.get(category, 0) for category in CATEGORIES}
+    if "profile" in bytes_by:
+        ordered = {"profile": bytes_by["profile"], **ordered}
     ordered["total"] = sum(ordered.values())
     return {
         "bytes": ordered,

@@ -173,9 +173,9 @@ def test_the_numbers_are_those_of_the_seeded_data(operator, owner, django_assert
     )
     assert job.status_code == 202
 
-    # Fourteen reads (the MCP call count is one), whatever the data (and the login's session
-    # and user).
-    with django_assert_max_num_queries(16):
+    # Fifteen reads (the MCP call count is one, the keyed entries and closed versions one),
+    # whatever the data (and the login's session and user).
+    with django_assert_max_num_queries(17):
         response = operator.get(DATA)
     payload = response.json()
     data, figures = payload["data"], payload["figures"]
@@ -230,6 +230,8 @@ def test_the_numbers_are_those_of_the_seeded_data(operator, owner, django_assert
     # The chart names the largest apps only; the totals count every app.
     assert memory_selectors.memory_per_app(limit=1) == {
         "entries": 2,
+        "keyed": 0,
+        "closed_versions": 0,
         "apps_with_entries": 2,
         "apps": [{"app": "acme", "entries": 1, "scopes": 1}],
     }

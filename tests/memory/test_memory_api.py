@@ -467,7 +467,9 @@ def test_a_memory_longer_than_an_embedding_input_is_embedded_from_its_beginning(
     assert embed_pending() >= 1
     sessions = "/api/v1/apps/acme/users/alice/sessions"
     assert api.post(sessions, {"session_id": "long"}, format="json").status_code == 201
-    event = {"author": "user", "content": {"role": "user", "parts": [{"text": long_text}]}}
+    # Another text from the same first 8 KiB (the same text again would be the same memory).
+    told = head + " and then " + "another story told at length " * 500
+    event = {"author": "user", "content": {"role": "user", "parts": [{"text": told}]}}
     appended = api.post(f"{sessions}/long/events", {"event": event}, format="json")
     assert appended.status_code == 201, appended.content
     admitted = api.post(f"{url()}/ingestions", {"session_id": "long"}, format="json")

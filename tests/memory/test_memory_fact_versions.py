@@ -88,7 +88,9 @@ class TestSupersession:
         assert seat["supersedes"] is None and meal["supersedes"] is None
         for entry in (unkeyed, seat, meal):
             assert get(api, entry["id"])["valid_to"] is None
-        assert add(api, content="seat: aisle")["supersedes"] is None  # unkeyed: no versions
+        # Unkeyed, the same text again is the same memory: no versions, no second entry.
+        again = add(api, status=200, content="seat: aisle")
+        assert again["id"] == unkeyed["id"] and again["supersedes"] is None
 
     def test_another_users_or_apps_key_is_not_touched(self, api, outsider):
         mine = add(api, content="seat: aisle", key="preference.seat")
@@ -163,6 +165,32 @@ def script(api) -> dict[str, dict]:
         api, content="seat middle", key="preference.seat", valid_from="2026-02-01T00:00:00Z"
     )
     return {"aisle": aisle, "window": window, "middle": middle}
+
+
+@pytest.mark.django_db
+def test_the_same_content_with_other_metadata_or_ttl_is_a_new_version(api):
+    first = add(api, content="seat: aisle", key="preference.seat")
+    again = add(api, 200, content="seat: aisle", key="preference.seat")
+    assert again["id"] == first["id"]
+    labelled = add(api, content="seat: aisle", key="preference.seat", metadata={"src": "form"})
+    assert labelled["supersedes"] == first["id"]
+    timed = add(
+        api,
+        content="seat: aisle",
+        key="preference.seat",
+        metadata={"src": "form"},
+        ttl_seconds=3600,
+    )
+    assert timed["supersedes"] == labelled["id"] and timed["expires_at"] is not None
+    same = add(
+        api,
+        200,
+        content="seat: aisle",
+        key="preference.seat",
+        metadata={"src": "form"},
+        ttl_seconds=3600,
+    )
+    assert same["id"] == timed["id"]
 
 
 @pytest.mark.django_db
@@ -242,17 +270,17 @@ class TestTwoClocks:
 
 @pytest.mark.django_db(transaction=True)
 def test_known_at_before_a_version_was_recorded_does_not_see_it():
-    """Each add its own transaction (so its own record time)."""
+    """Each add its own transaction (so its own record time). A version an older fact cut
+    short keeps, for readers known before the cut, the end it had."""
     api = make_tenant("acme").client()
     versions = script(api)
     before_middle = versions["window"]["recorded_at"]
     before_window = versions["aisle"]["recorded_at"]
     feb = "2026-02-15T00:00:00Z"
-    # Known before middle was recorded, middle is not seen. (Aisle's end moved to Feb 1 when
-    # middle was placed, for every record time since aisle was first closed: the documented
-    # limit, a gap, never two versions at once.)
-    assert found(api, as_of=feb, known_at=before_middle) == []
-    assert listed(api, as_of=feb, known_at=before_middle) == []
+    # Known before middle was recorded, middle is not seen, and aisle still ended where it
+    # did then (its earlier end, kept when middle cut it short): aisle was valid in February.
+    assert found(api, as_of=feb, known_at=before_middle) == ["seat aisle"]
+    assert listed(api, as_of=feb, known_at=before_middle) == ["seat aisle"]
     assert found(api, as_of="2026-04-01T00:00:00Z", known_at=before_middle) == ["seat window"]
     assert found(api, as_of=feb) == ["seat middle"]
     # Known before window was recorded: aisle was open, even in April.

@@ -87,6 +87,15 @@ class TestHistory:
             "seat 5",
         ]
 
+    @override_settings(CTXADMIN_MEMORY_HISTORY_MAX_BYTES=250)
+    def test_history_is_bounded_in_bytes_the_live_version_whatever_its_size(self, api):
+        for n in range(1, 5):  # 100 bytes each: the newest two fit in 250, a third does not
+            add(api, content=f"{n}" * 100, key="preference.seat", valid_from=f"2026-0{n}-01T00:00Z")
+        kept = MemoryEntry.objects.filter(key="preference.seat").order_by("valid_from")
+        assert [row.content[0] for row in kept] == ["3", "4"]
+        add(api, content="5" * 400, key="preference.seat")  # alone past the bound: kept
+        assert [row.content[0] for row in kept.all()] == ["5"]
+
     def test_the_bound_keeps_what_a_retention_period_keeps(self, api, owner):
         policy = api.put("/api/v1/apps/acme/memory-policy", {"retention_days": 30}, format="json")
         assert policy.status_code == 200, policy.content

@@ -28,9 +28,9 @@ def url(user: str, app: str = "acme") -> str:
     return f"/api/v1/apps/{app}/users/{user}/memories"
 
 
-def fill(client, user: str, count: int, app: str = "acme") -> list[str]:
+def fill(client, user: str, count: int, app: str = "acme", start: int = 0) -> list[str]:
     ids = []
-    for i in range(count):
+    for i in range(start, start + count):
         text = f"{WORDS[i % 10]} {WORDS[(i * 3 + 1) % 10]} {WORDS[(i * 7 + 2) % 10]} note {i}"
         result = client.post(url(user, app), {"content": text}, format="json")
         assert result.status_code == 201, result.content
@@ -150,7 +150,7 @@ def test_entries_added_after_the_build_are_found_through_the_index(small_thresho
     api = tenant.client()
     fill(api, "alice", 30)
     assert scope_index.maintain()["built"] == 1
-    later = fill(api, "alice", 5)
+    later = fill(api, "alice", 5, start=30)
     hits = vector_search(api, "alice", "note", limit=100)
     assert len(hits) == 35 and set(later) <= {hit["id"] for hit in hits}
 

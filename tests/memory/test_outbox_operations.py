@@ -278,7 +278,10 @@ class TestAutomaticPath:
         second = OutboxJob.objects.exclude(pk=first.pk).get()
         assert (second.first_seq, second.last_seq) == (3, 4)
         worker.drain()
-        assert len(scope_entries(owner.app.pk, "alice")) == 4
+        # "Noted." carries no fact: the rest is memory.
+        assert len(scope_entries(owner.app.pk, "alice")) == 3
+        second.refresh_from_db()
+        assert (second.added, second.skipped_by_reason) == (1, {"no_fact": 1})
 
     @pytest.mark.django_db(transaction=True)  # the clock moves between statements
     def test_erased_memory_never_comes_back_from_older_events(self, monkeypatch):

@@ -236,6 +236,9 @@ def _everything_read(acme, planted: dict) -> dict[str, str]:
         "session_list": call(key, "session_list", {"user_id": USER}),
         "memory_search": call(key, "memory_search", {"user_id": USER, "query": "Lisbon"}),
         "memory_get": call(key, "memory_get", {"user_id": USER, "memory_id": planted["memory_id"]}),
+        "memory_history": call(
+            key, "memory_history", {"user_id": USER, "memory_id": planted["memory_id"]}
+        ),
         "event_append": call(
             key,
             "event_append",

@@ -91,6 +91,7 @@ MATRIX: dict[str, dict[str, tuple[str | None, str | None]]] = {
     "api/v1/apps/<str:app>/users/<str:user>/memories/<str:memory_id>/rollback": {
         "post": (M, "memory_add")
     },
+    "api/v1/apps/<str:app>/users/<str:user>/profile": {"get": (M, "memory_search")},
     "api/v1/apps/<str:app>/users/<str:user>/memories/events": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/ingestions": {"post": (M, None)},
     "api/v1/apps/<str:app>/users/<str:user>/memories/consent": {

@@ -33,6 +33,8 @@ MCP_MATRIX: dict[str, tuple[str, str | None]] = {
     "memory_search": ("memory", "memory_search"),
     "memory_add": ("memory", "memory_add"),
     "memory_get": ("memory", "memory_get"),
+    "memory_history": ("memory", "memory_search"),
+    "memory_rollback": ("memory", "memory_add"),
     "memory_delete": ("memory", "memory_delete"),
     "memory_forget_user": ("memory", None),
     "context_build": ("sessions", "context_build"),
@@ -50,6 +52,8 @@ def _arguments(world: dict, tool: str) -> dict:
         "memory_search": {"user_id": USER, "query": "flowerpot", "mode": "lexical"},
         "memory_add": {"user_id": USER, "content": "an intruder's note"},
         "memory_get": {"user_id": USER, "memory_id": world["memory_id"]},
+        "memory_history": {"user_id": USER, "memory_id": world["memory_id"]},
+        "memory_rollback": {"user_id": USER, "memory_id": world["memory_id"]},
         "memory_delete": {"user_id": USER, "memory_id": world["memory_id"]},
         "memory_forget_user": {"user_id": USER, "confirm": f"erase user {USER}"},
         "context_build": {"user_id": USER, "session_id": SID, "query": "where is the key?"},
@@ -165,6 +169,8 @@ def test_no_credential_that_must_not_get_through_does(tool, world):
     assert status == 200 and SECRET_WORDS not in json.dumps(body), body
     if tool in {
         "memory_get",
+        "memory_history",
+        "memory_rollback",
         "memory_delete",
         "context_build",
         "session_events",
@@ -183,8 +189,9 @@ def test_no_credential_that_must_not_get_through_does(tool, world):
     _assert_refused(_call(token, tool, arguments), "unknown_tool")
 
     if capability is not None:
-        # A token with the capability, but of another user: this user's data is not found.
-        token = _user_token(world, OTHER_USER, [capability])
+        # A token with the capability (and what else the tool needs: a rollback's delete),
+        # but of another user: this user's data is not found.
+        token = _user_token(world, OTHER_USER, [capability, *mcp_tools.BY_NAME[tool].also_needs])
         assert tool in _listed(token)
         _assert_refused(_call(token, tool, arguments), "not_found")
 

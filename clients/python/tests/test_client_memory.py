@@ -158,3 +158,21 @@ def test_versions_of_a_fact_over_time_history_and_rollback(client, app, user):
     assert restored["content"] == "seat aisle" and restored["supersedes"] == window["id"]
     with pytest.raises(ConflictError):
         client.rollback_memory(app.name, user, restored["id"])
+
+
+def test_a_users_profile_holds_the_live_version_of_each_key_under_its_prefixes(client, app, user):
+    client.add_memory(app.name, user, "seat aisle", key="preference.seat")
+    window = client.add_memory(app.name, user, "seat window", key="preference.seat")
+    meal = client.add_memory(app.name, user, "meal vegetarian", key="preference.meal")
+    client.add_memory(app.name, user, "city Lisbon", key="home.city")
+    profile = client.profile(app.name, user, ["preference", "work"], max_bytes=4096)
+    assert [(f["key"], f["memory_id"]) for f in profile["fields"]] == [
+        ("preference.meal", meal["id"]),
+        ("preference.seat", window["id"]),
+    ]
+    assert profile["prefixes"] == ["preference", "work"] and "seat aisle" not in profile["text"]
+    assert client.profile(app.name, user, ["preference", "work"])["sha256"] == profile["sha256"]
+    cut = client.profile(app.name, user, ["preference", "home"], max_fields=1)
+    assert [f["key"] for f in cut["fields"]] == ["home.city"] and cut["truncated"]
+    with pytest.raises(ValidationError):
+        client.profile(app.name, user, ["Not..a.key"])

@@ -208,7 +208,8 @@ def test_the_mcp_snippets_run_in_order_after_the_quickstart(make_app, shell):
     assert sorted(ast.literal_eval(adk_tools)) == ["memory_add", "memory_search"]
     name, tools = agents_tools.split(" ", 1)
     assert name == "assistant"
-    assert sorted(ast.literal_eval(tools)) == ["memory_add", "memory_search"]
+    # Unfiltered, it sees the history too: a read its memory_search capability allows.
+    assert sorted(ast.literal_eval(tools)) == ["memory_add", "memory_history", "memory_search"]
 
 
 def test_the_typescript_readme_snippets_compile_and_run(make_app, shell):

@@ -505,7 +505,7 @@ export interface paths {
         put?: never;
         /**
          * Add a memory
-         * @description 201 with a new entry; 200 with the entry an `idempotency_key` already names (same content) or, with `replace`, the entry it replaced.
+         * @description 201 with a new entry (a worker then names the memory it nearly repeats, if any, in its `near_duplicate_of`); 200 with the entry an `idempotency_key` already names (same content), the live unkeyed entry holding the same normalised text (an add without a `key`), the key's live version holding it (with a `key`), or, with `replace`, the entry it replaced.
          */
         post: operations["memories_add"];
         /**
@@ -745,6 +745,26 @@ export interface paths {
          * @description Refresh the TTL of the listed memories, as a read that refreshes TTLs does: each live entry with a TTL gets `expires_at` = now + its `ttl_seconds`, in one statement; an expired entry stays expired.
          */
         post: operations["memories_touch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/apps/{app}/users/{user}/profile": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The user's profile: live facts under key prefixes
+         * @description The user's profile: the version valid now of each unexpired keyed memory whose key is a `prefix` or lies under one (segment by segment: `preference` matches `preference.seat`, not `preferences.x`), in key order, as fields citing their memory and as one block (`text`, with its `sha256`: the same fields give the same bytes). 1 to 20 prefixes; at most `max_fields` (default and limit 200) fields and a block of at most `max_bytes` (default 8192, limit 65536); the first field past either ends it (`truncated`).
+         */
+        get: operations["memory_profile"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1229,6 +1249,22 @@ export interface components {
         PatchedAppUpdateRequest: {
             display_name?: string;
         };
+        Profile: {
+            fields: components["schemas"]["ProfileField"][];
+            prefixes: string[];
+            text: string;
+            sha256: string;
+            bytes: number;
+            truncated: boolean;
+        };
+        ProfileField: {
+            key: string;
+            value: string;
+            /** Format: uuid */
+            memory_id: string;
+            /** Format: date-time */
+            since: string;
+        };
         /**
          * @description * `sessions` - sessions
          *     * `memory` - memory
@@ -1699,11 +1735,28 @@ export interface components {
                 filter?: {
                     [key: string]: unknown;
                 } | null;
+                /**
+                 * Format: date-time
+                 * @description valid time: the slot shows the version of each key true at this instant (default: now)
+                 */
+                as_of?: string | null;
+                /**
+                 * Format: date-time
+                 * @description record time: as ctxadmin knew them at this instant (default: now)
+                 */
+                known_at?: string | null;
                 max_hit_bytes?: number;
                 /** @description A byte cap for the memory slot, each hit its own item. Absent or null: the hits are packed, as one item, into what the request budget leaves. */
                 max_total_bytes?: number | null;
                 /** @enum {unknown} */
                 on_error?: "error" | "omit";
+            } | null;
+            profile?: {
+                /** @description keys or key prefixes in the key grammar (dot-separated segments of a-z 0-9 _ -, case-folded), matched segment by segment */
+                prefixes: string[];
+                max_fields?: number;
+                /** @description the most bytes of the block (default 8192) */
+                max_bytes?: number;
             } | null;
         };
         ContextResponse: {
@@ -1719,6 +1772,9 @@ export interface components {
                     [key: string]: unknown;
                 }[];
                 memory?: {
+                    [key: string]: unknown;
+                }[];
+                profile?: {
                     [key: string]: unknown;
                 }[];
                 current_input?: components["schemas"]["Content"];
@@ -1894,12 +1950,29 @@ export interface components {
                 filter?: {
                     [key: string]: unknown;
                 };
+                /**
+                 * Format: date-time
+                 * @description valid time: the slot shows the version of each key true at this instant (default: now)
+                 */
+                as_of?: string | null;
+                /**
+                 * Format: date-time
+                 * @description record time: as ctxadmin knew them at this instant (default: now)
+                 */
+                known_at?: string | null;
                 max_hit_bytes?: number;
                 /** @description A byte cap for the memory slot, each hit its own item. Absent or null: the hits are packed, as one item, into what the request budget leaves. */
                 max_total_bytes?: number | null;
                 /** @enum {unknown} */
                 on_error?: "error" | "omit";
             };
+            profile?: {
+                /** @description keys or key prefixes in the key grammar (dot-separated segments of a-z 0-9 _ -, case-folded), matched segment by segment */
+                prefixes: string[];
+                max_fields?: number;
+                /** @description the most bytes of the block (default 8192) */
+                max_bytes?: number;
+            } | null;
             cache?: ({
                 ttl_ms?: number;
                 min_prefix_tokens?: number;
@@ -2181,6 +2254,11 @@ export interface components {
              * @description the version of its key it cut short
              */
             supersedes: string | null;
+            /**
+             * Format: uuid
+             * @description the unkeyed memory of the scope this one nearly repeats, set by a worker once the add commits (a flag; ingestion merges such turns instead)
+             */
+            near_duplicate_of: string | null;
         };
         MemoryHistory: {
             /** @description oldest valid first */
@@ -2396,6 +2474,11 @@ export interface components {
              * @description the version of its key it cut short
              */
             supersedes: string | null;
+            /**
+             * Format: uuid
+             * @description the unkeyed memory of the scope this one nearly repeats, set by a worker once the add commits (a flag; ingestion merges such turns instead)
+             */
+            near_duplicate_of: string | null;
             written_by: {
                 /** @description the writing API key's or token's prefix (null: a worker) */
                 key_prefix: string | null;
@@ -4506,6 +4589,46 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["MemoryTouchResult"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    memory_profile: {
+        parameters: {
+            query: {
+                /** @description the most bytes of the block */
+                max_bytes?: number;
+                /** @description the most fields */
+                max_fields?: number;
+                /** @description a key or key prefix */
+                prefix: string[];
+            };
+            header?: never;
+            path: {
+                /** @description 1-63 characters from A-Z a-z 0-9 _ - */
+                app: string;
+                /** @description 1-128 characters from A-Z a-z 0-9 . _ : @ -, starting with a letter or digit */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Profile"];
                 };
             };
             /** @description An error */

@@ -121,3 +121,45 @@ test("error answers become typed errors carrying the envelope", async () => {
   assert.ok(refused instanceof AuthenticationError, String(refused));
   assert.equal(refused.status, 401);
 });
+
+test("a fact's versions: a keyed add supersedes, reads at a valid time, history and rollback", async () => {
+  const owner = `${user}-facts`;
+  const MEMORIES = "/api/v1/apps/{app}/users/{user}/memories";
+  const MEMORY = `${MEMORIES}/{memory_id}`;
+  const aisle = await client.post(MEMORIES, {
+    path: { app, user: owner },
+    body: { content: "aisle seat", key: "preference.seat", valid_from: "2026-01-01T00:00:00Z" },
+  });
+  const window = await client.post(MEMORIES, {
+    path: { app, user: owner },
+    body: { content: "window seat", key: "preference.seat", valid_from: "2026-06-01T00:00:00Z" },
+  });
+  assert.equal(window.supersedes, aisle.id);
+  const search = (body) =>
+    client.post(`${MEMORIES}/search`, {
+      path: { app, user: owner },
+      body: { query: "seat", mode: "lexical", ...body },
+    });
+  assert.deepEqual((await search({})).hits.map((hit) => hit.content), ["window seat"]);
+  assert.deepEqual(
+    (await search({ as_of: "2026-03-01T00:00:00Z" })).hits.map((hit) => hit.content),
+    ["aisle seat"],
+  );
+  const history = await client.get(`${MEMORY}/history`, {
+    path: { app, user: owner, memory_id: window.id },
+  });
+  assert.deepEqual(
+    history.versions.map((version) => version.content),
+    ["aisle seat", "window seat"],
+  );
+  const restored = await client.post(`${MEMORY}/rollback`, {
+    path: { app, user: owner, memory_id: aisle.id },
+  });
+  assert.equal(restored.content, "aisle seat");
+  assert.equal(restored.supersedes, window.id);
+  const refused = await client
+    .post(`${MEMORY}/rollback`, { path: { app, user: owner, memory_id: restored.id } })
+    .then(() => null, (error) => error);
+  assert.equal(refused.status, 409);
+  assert.equal(refused.code, "memory_version_live");
+});

@@ -215,6 +215,7 @@ def test_every_credential_name_and_format_is_pruned_refused_skipped_or_redacted(
     compaction over user, model and tool turns holding them stores none in its summary."""
     from memory.models import MemoryEntry
     from memory.outbox import worker
+    from memory.similarity import normalised
     from memory.tasks import drain_outbox
     from sessions_app.models import Checkpoint
     from tests.secret_tables import ORDINARY_KEYS, ORDINARY_TEXTS, SECRET_KEYS, credential_texts
@@ -299,8 +300,12 @@ def test_every_credential_name_and_format_is_pruned_refused_skipped_or_redacted(
     )
     stored = "\n".join(MemoryEntry.objects.values_list("content", flat=True))
     assert leaked(stored) == []
+    # Each ordinary text is a memory of the scope: the adds above hold them already, so
+    # ingestion finds each the same memory (the same normalised text) and stores it once.
+    held = {normalised(c) for c in MemoryEntry.objects.values_list("content", flat=True)}
     for n, words in enumerate(ORDINARY_TEXTS):
-        assert ingested.get(f"in-o{n}") == words.strip(), n
+        assert ingested.get(f"in-o{n}") in (None, words.strip()), n
+        assert normalised(words) in held, n
     redacted = [ingested.get(f"in-c{n}", "") for n in range(len(credentials))]
     kept = [t for t in redacted if t.startswith("Remember") and "[redacted]" in t]
     assert len(kept) >= len(credentials) - 5, redacted  # a few are all credential: skipped

@@ -60,7 +60,8 @@ def json_of(response: httpx.Response) -> Any:
 class Call:
     method: str
     path: str
-    params: Mapping[str, str] | None = None
+    # A list value is a repeated parameter (``?prefix=a&prefix=b``).
+    params: Mapping[str, str | list[str]] | None = None
     json: Any = None
     content: bytes | None = None
     headers: Mapping[str, str] | None = None

@@ -33,8 +33,10 @@ class MemoryOperations(Runners[D, L, N, B]):
         """Add a memory (``extra``: ``provenance``, ``embed``, ``erasure_epoch``,
         ``ttl_seconds``). With a ``key`` (``preference.seat``), a new version of that fact,
         valid from ``valid_from`` (default: the provenance timestamp, else now); its answer's
-        ``supersedes`` names the version it cut short. With an ``idempotency_key`` or a
-        ``key`` a repeat answers the stored entry, so it is retried."""
+        ``supersedes`` names the version it cut short; without one, the same text again (its
+        case, spacing and end punctuation aside) answers the stored memory, and a worker
+        names one it nearly repeats in its ``near_duplicate_of``. A repeat of any add answers the
+        stored entry, so it is retried."""
         return self._one(
             Call(
                 "POST",
@@ -47,7 +49,7 @@ class MemoryOperations(Runners[D, L, N, B]):
                     valid_from=instant(valid_from),
                     **extra,
                 ),
-                idempotent=idempotency_key is not None or key is not None,
+                idempotent=True,
             )
         )
 
@@ -55,14 +57,17 @@ class MemoryOperations(Runners[D, L, N, B]):
         """Add 1 to 100 memories (each a ``POST .../memories`` body: ``content``,
         ``metadata``, ``idempotency_key``, ``replace``, ...) in one transaction: all land or
         none does. ``{"memories": [{"memory", "created"}]}`` in order. Retried only when
-        every add has an ``idempotency_key``."""
+        every add has an ``idempotency_key`` or a ``key`` (a repeat answers what is stored)."""
         items = [dict(memory) for memory in memories]
         return self._one(
             Call(
                 "POST",
                 user_path(app, user_id, "memories", "batch"),
                 json={"memories": items},
-                idempotent=all(item.get("idempotency_key") is not None for item in items),
+                idempotent=all(
+                    item.get("idempotency_key") is not None or item.get("key") is not None
+                    for item in items
+                ),
             )
         )
 
@@ -98,6 +103,23 @@ class MemoryOperations(Runners[D, L, N, B]):
         """``{"versions": [...]}``: the versions of the memory's key, oldest valid first,
         each with its clocks and who wrote it."""
         return self._one(Call("GET", user_path(app, user_id, "memories", memory_id, "history")))
+
+    def profile(
+        self,
+        app: str,
+        user_id: str,
+        prefixes: Sequence[str],
+        *,
+        max_fields: int | None = None,
+        max_bytes: int | None = None,
+    ) -> D:
+        """The user's profile: the live keyed memories under ``prefixes`` (keys or key
+        prefixes, 1 to 20), in key order: ``{"prefixes", "fields": [{"key", "value",
+        "memory_id", "since"}], "text", "sha256", "bytes", "truncated"}``; ``text`` is the
+        stable block (the same fields give the same bytes)."""
+        params: dict[str, str | list[str]] = {"prefix": list(prefixes)}
+        params.update(query(max_fields=max_fields, max_bytes=max_bytes))
+        return self._one(Call("GET", user_path(app, user_id, "profile"), params=params))
 
     def rollback_memory(self, app: str, user_id: str, memory_id: str) -> D:
         """Restore the closed version ``memory_id`` as a new version of its key, valid from

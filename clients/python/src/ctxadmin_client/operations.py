@@ -142,6 +142,7 @@ OPERATIONS: dict[str, Operation] = {
     "memories_rollback": Operation(
         "POST", _USER + "/memories/{memory_id}/rollback", ("rollback_memory",)
     ),
+    "memory_profile": Operation("GET", _USER + "/profile", ("profile",)),
     "memories_add_events": Operation("POST", _USER + "/memories/events", ("add_events_to_memory",)),
     "memories_ingestions_admit": Operation(
         "POST", _USER + "/memories/ingestions", ("ingest_session",)

@@ -151,3 +151,29 @@ async def test_event_memories_carry_the_calls_custom_metadata(adk, user):
     assert texts(found) == ["Call me after six on weekdays."]
     assert found.memories[0].custom_metadata == {"channel": "sms"}
     assert found.memories[0].content.role == "user"
+
+
+async def test_a_search_finds_the_current_version_of_a_fact_only(adk, user):
+    """A fact with a key that changed: ADK's search finds what is true now, not the version
+    it superseded (which stays in the key's history)."""
+    first = await adk.client.add_memory(
+        adk.app,
+        user,
+        "Prefers aisle seats.",
+        key="preference.seat",
+        valid_from="2026-01-01T00:00:00Z",
+    )
+    await adk.client.add_memory(
+        adk.app,
+        user,
+        "Prefers window seats.",
+        key="preference.seat",
+        valid_from="2026-06-01T00:00:00Z",
+    )
+    found = await adk.memory.search_memory(app_name=adk.app, user_id=user, query="prefers seats")
+    assert texts(found) == ["Prefers window seats."]
+    history = await adk.client.memory_history(adk.app, user, first["id"])
+    assert [v["content"] for v in history["versions"]] == [
+        "Prefers aisle seats.",
+        "Prefers window seats.",
+    ]

@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from ctxadmin_client import Client
+from ctxadmin_client import Client, NotFoundError
 from ctxadmin_client.langgraph import CtxAdminStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -256,18 +256,33 @@ def test_what_the_store_refuses(store):
     assert store.get((user, "x"), "k") is None
 
 
-def test_a_put_is_one_memory_replaced_in_place(store, app):
-    """A put's memory is named by its namespace and key: the next put replaces it, so one
-    memory per item, however many puts."""
+def test_a_put_is_a_new_version_of_the_items_fact(store, app):
+    """A put's memory is a version of the item's fact key: the next put supersedes it, so
+    one current memory per item however many puts, the earlier values in its history, a
+    put of the same value again is that version, and a delete takes the history too."""
     user = f"u-{uuid.uuid4().hex[:12]}"
     store.put((user, "prefs"), "theme", {"value": "dark"})
     with Client(app.base_url, app.key) as client:
         (first,) = client.list_memories(app.name, user)
+        assert first["key"].startswith("langgraph.")
         store.put((user, "prefs"), "theme", {"value": "light"})
         store.put((user, "prefs"), "theme", {"value": "blue"})
+        store.put((user, "prefs"), "theme", {"value": "blue"})  # a retry: that version
         (last,) = client.list_memories(app.name, user)
-    assert last["id"] == first["id"] and json.loads(last["content"]) == {"value": "blue"}
-    assert store.get((user, "prefs"), "theme").value == {"value": "blue"}
+        assert last["key"] == first["key"] and last["id"] != first["id"]
+        assert json.loads(last["content"]) == {"value": "blue"}
+        history = client.memory_history(app.name, user, last["id"])["versions"]
+        assert [json.loads(v["content"]) for v in history] == [
+            {"value": "dark"},
+            {"value": "light"},
+            {"value": "blue"},
+        ]
+        assert store.get((user, "prefs"), "theme").value == {"value": "blue"}
+        store.delete((user, "prefs"), "theme")
+        assert store.get((user, "prefs"), "theme") is None
+        for version in history:
+            with pytest.raises(NotFoundError):
+                client.get_memory(app.name, user, version["id"])
 
 
 def test_other_memories_of_one_key_read_as_the_newest_until_deleted(store, app):

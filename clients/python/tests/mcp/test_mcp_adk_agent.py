@@ -90,4 +90,4 @@ def test_an_adk_agent_stores_a_memory_in_one_session_and_finds_it_in_another(mak
     assert "Alice's cat is called Miso." in found
     assert "untrusted" in found
     # The token's capabilities are all the model ever saw.
-    assert all(names == ["memory_add", "memory_search"] for names in tool_names)
+    assert all(names == ["memory_add", "memory_history", "memory_search"] for names in tool_names)

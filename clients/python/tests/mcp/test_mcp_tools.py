@@ -18,6 +18,8 @@ ALL_TOOLS = {
     "memory_search",
     "memory_add",
     "memory_get",
+    "memory_history",
+    "memory_rollback",
     "memory_delete",
     "memory_forget_user",
     "context_build",
@@ -83,6 +85,8 @@ def test_an_api_key_with_every_scope_lists_and_calls_every_tool(make_app):
         memory_id = added["memory"]["id"]
         await call("memory_search", user_id=user, query="favourite colour", mode="lexical")
         await call("memory_get", user_id=user, memory_id=memory_id)
+        await call("memory_history", user_id=user, memory_id=memory_id)
+        await call("memory_rollback", user_id=user, memory_id=memory_id)
         await call("context_build", user_id=user, session_id="s-one", query="what colour?")
         await call("session_list", user_id=user)
         await call("session_events", user_id=user, session_id="s-one", limit=1)
@@ -98,12 +102,20 @@ def test_an_api_key_with_every_scope_lists_and_calls_every_tool(make_app):
     answers = run(app, app.key, work)
     memory_id = answers.pop("memory_id")
     assert answers.pop("names") == ALL_TOOLS
-    expected_errors = {"session_events", "ingestion_status"}
+    # The rollback of a memory without a key is refused (409 memory_not_keyed).
+    expected_errors = {"session_events", "ingestion_status", "memory_rollback"}
     assert {name for name, (error, _) in answers.items() if error} == expected_errors
     assert not any(
         v[0]
         for k, v in answers.items()
-        if k not in {"names", "session_events", "ingestion_status", "memory_forget_user"}
+        if k
+        not in {
+            "names",
+            "session_events",
+            "ingestion_status",
+            "memory_forget_user",
+            "memory_rollback",
+        }
     ), {k: v for k, v in answers.items() if k != "names" and v[0]}
     assert answers["session_create"][1]["state"] == {"step": 1}
     assert answers["event_append"][0] is False and answers["event_append"][1]["revision"] == 1
@@ -112,6 +124,9 @@ def test_an_api_key_with_every_scope_lists_and_calls_every_tool(make_app):
     assert not error and "untrusted" in found["note"]
     assert [hit["content"] for hit in found["hits"]] == ["The user's favourite colour is teal."]
     assert answers["memory_get"][1]["memory"]["content"] == "The user's favourite colour is teal."
+    history = answers["memory_history"][1]
+    assert [v["id"] for v in history["versions"]] == [memory_id] and "untrusted" in history["note"]
+    assert answers["memory_rollback"][1]["error"]["code"] == "memory_not_keyed"
     error, context = answers["context_build"]
     assert not error and "envelope" in context and "accounting" in context
     assert [row["session_id"] for row in answers["session_list"][1]["sessions"]] == ["s-one"]
@@ -300,7 +315,8 @@ def test_a_memory_search_user_token_lists_and_calls_only_memory_search(make_app)
         return names, own, named, other, add
 
     names, own, named, other, add = run(app, minted["token"], work)
-    assert names == {"memory_search"}
+    # memory_search reads memory: a search, and a memory's history (as over REST).
+    assert names == {"memory_search", "memory_history"}
     assert [h["content"] for h in structured(own)["hits"]] == ["Alice keeps bees."]
     assert structured(named)["hits"] == structured(own)["hits"]
     assert other.isError and structured(other)["error"]["code"] == "not_found"
@@ -356,3 +372,72 @@ def test_minting_needs_the_admin_or_delegate_scope_and_a_token_cannot_mint(make_
     )
     assert unknown.status_code == 400
     assert unknown.json()["error"]["code"] == "validation_error"
+
+
+def test_facts_over_time_through_the_sdk_client(make_app):
+    """A keyed add supersedes, search reads at a valid time and a record time, the history
+    names both versions and who wrote them, and a rollback restores the old value; a
+    token with memory_add alone may not roll back (it ends the live version)."""
+    from ctxadmin_client import Client
+
+    app = make_app(scopes=("memory", "delegate"))
+    user = f"u-{uuid.uuid4().hex[:8]}"
+
+    async def work(session: ClientSession) -> dict:
+        async def call(name: str, **arguments: Any):
+            result = await session.call_tool(name, arguments)
+            return result.isError, structured(result)
+
+        seat = {"user_id": user, "key": "Preference.Seat"}
+        _, aisle = await call(
+            "memory_add", **seat, content="aisle seat", valid_from="2026-01-01T00:00:00Z"
+        )
+        _, window = await call(
+            "memory_add", **seat, content="window seat", valid_from="2026-06-01T00:00:00Z"
+        )
+        query = {"user_id": user, "query": "seat", "mode": "lexical"}
+        return {
+            "aisle": aisle["memory"],
+            "window": window["memory"],
+            "now": await call("memory_search", **query),
+            "march": await call("memory_search", **query, as_of="2026-03-01T00:00:00Z"),
+            # As known when aisle was recorded (before window was), aisle was current.
+            "known_then": await call(
+                "memory_search", **query, known_at=aisle["memory"]["recorded_at"]
+            ),
+            "bad_key": await call("memory_add", user_id=user, content="x", key="no spaces"),
+            "bad_instant": await call("memory_search", **query, as_of="last week"),
+            "history": await call("memory_history", user_id=user, memory_id=window["memory"]["id"]),
+        }
+
+    answers = run(app, app.key, work)
+    aisle, window = answers["aisle"], answers["window"]
+    assert aisle["key"] == window["key"] == "preference.seat"
+    assert window["supersedes"] == aisle["id"]
+    assert [hit["content"] for hit in answers["now"][1]["hits"]] == ["window seat"]
+    assert [hit["content"] for hit in answers["march"][1]["hits"]] == ["aisle seat"]
+    assert [hit["content"] for hit in answers["known_then"][1]["hits"]] == ["aisle seat"]
+    assert answers["bad_key"][0] and answers["bad_key"][1]["error"]["details"]["field"] == "key"
+    assert answers["bad_instant"][0]
+    assert answers["bad_instant"][1]["error"]["details"]["field"] == "as_of"
+    versions = answers["history"][1]["versions"]
+    assert [v["content"] for v in versions] == ["aisle seat", "window seat"]
+    assert all(v["written_by"]["key_prefix"] for v in versions)
+
+    with Client(app.base_url, api_key=app.key) as client:
+        adder = client.mint_user_token(app.name, user, capabilities=["memory_add"], label="add")
+        both = client.mint_user_token(
+            app.name, user, capabilities=["memory_add", "memory_delete"], label="both"
+        )
+
+    async def rollback(session: ClientSession):
+        result = await session.call_tool("memory_rollback", {"memory_id": aisle["id"]})
+        return result.isError, structured(result)
+
+    # A token with memory_add alone neither lists nor may call the rollback.
+    refused = run(app, adder["token"], rollback)
+    assert refused[0] and refused[1]["error"]["code"] == "unknown_tool"
+    error, restored = run(app, both["token"], rollback)
+    assert not error and restored["created"] is True
+    assert restored["memory"]["content"] == "aisle seat" and restored["memory"]["valid_to"] is None
+    assert restored["memory"]["supersedes"] == window["id"]

@@ -15,12 +15,17 @@ label) read every user of the app that holds memories (``GET /memory-users``), o
 another. Each item is one memory: its content is the value as JSON (what lexical and vector
 search read), its metadata holds the whole namespace, one key per label (``lg.ns.0``,
 ``lg.ns.1``, ..., for prefix filters the server applies to the first 24), the depth
-(``lg.depth``), the key (``lg.key``) and the put's ``index`` (``lg.index``). The memory's
-idempotency key is the namespace and key, hashed, and the server replaces the memory holding
-it in place, in one statement (``replace``), so concurrent puts of one item leave one
-memory. A batch's puts of values go per user, up to 100 in one request
+(``lg.depth``), the key (``lg.key``) and the put's ``index`` (``lg.index``). An item is a
+fact: the memory's ``key`` is ``langgraph.`` and the SHA-256 of the namespace and key, so a
+put is a new version superseding the item's current one, which stays, closed, in the key's
+history (``GET .../memories/{id}/history``; at most the server's
+``CTXADMIN_MEMORY_HISTORY_MAX_VERSIONS``). The server places one key's versions one at a
+time, so concurrent puts of one item leave one current version; a put of the value the item
+already holds is that version (a retry is harmless; its metadata stays as it was, and a
+TTL is refreshed). A batch's puts of values go per user, up to 100 in one request
 (``POST .../memories/batch``: each request lands whole or not at all). A put of ``None``
-deletes every memory of the namespace and key (a list, then a delete each).
+deletes every memory of the namespace and key and their histories (a list, a history each,
+then a delete each).
 
 **Reads.** ``get`` is the newest memory of the namespace and key. ``search`` without a
 query lists the prefix's memories newest first (across users, by their time); with a query
@@ -42,9 +47,9 @@ this adapter, which added a memory per put) read as one item, the newest, until 
 default); a value that looks like it carries a credential is refused (422
 ``sensitive_memory_content``), and so are a namespace label or key that does (the server
 checks a memory's metadata as its content); a namespace's labels and key within
-``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. Under a legal hold, or within the app's retention
-period, a put that would replace an item is refused (409 ``legal_hold``,
-``memory_retained``), as erasing it would be. A refusal of one put of a batch's request
+``CTXADMIN_MEMORY_MAX_METADATA_BYTES``. A put supersedes and deletes nothing, so it lands
+under a legal hold or within the app's retention period; a put of ``None`` there is refused
+(409 ``legal_hold``, ``memory_retained``), as erasing is. A refusal of one put of a batch's request
 (up to 100 puts of one user) refuses the whole request: none of its puts lands; the
 batch's other requests (other users', earlier chunks) are not undone.
 
@@ -118,10 +123,12 @@ def _label_key(position: int) -> str:
     return f"lg.ns.{position}"
 
 
-def _item_key(namespace: tuple[str, ...], key: str) -> str:
-    """The idempotency key of an item's memory: its namespace and key, hashed."""
+def _fact_key(namespace: tuple[str, ...], key: str) -> str:
+    """The fact key of an item's memories: ``langgraph.`` and the SHA-256 of its namespace
+    and key (any text LangGraph accepts, in the fact key grammar), so each put is a new
+    version of that fact and the ones before stay in its history."""
     named = json.dumps([list(namespace), key], ensure_ascii=False, separators=(",", ":"))
-    return "langgraph:" + hashlib.sha256(named.encode("utf-8")).hexdigest()
+    return "langgraph." + hashlib.sha256(named.encode("utf-8")).hexdigest()
 
 
 def _text(value: Any, what: str) -> None:
@@ -483,17 +490,26 @@ class CtxAdminStore(Holding, BaseStore):
                 )
 
     def _delete(self, op: PutOp) -> Plan:
-        """A put of None: every memory of the namespace and key deleted."""
+        """A put of None: every memory of the namespace and key deleted, with the versions
+        before the current one (the key's history)."""
         if not op.namespace:
             return
         user = self.user_of(op.namespace)
         for entry in (yield from self._current(op.namespace, op.key)):
-            yield _Call("delete_memory", (self.app, user, entry["id"]), {}, missing_ok=True)
+            ids = [entry["id"]]
+            if entry.get("key") is not None:
+                history = yield _Call(
+                    "memory_history", (self.app, user, entry["id"]), {}, missing_ok=True
+                )
+                ids = [v["id"] for v in (history or {}).get("versions", [])] or ids
+            for memory_id in ids:
+                yield _Call("delete_memory", (self.app, user, memory_id), {}, missing_ok=True)
 
     def _memory(self, op: PutOp) -> dict[str, Any]:
-        """The memory a put of a value writes: one memory per namespace and key, replaced in
-        place by the server in one statement, so concurrent puts leave one, and a retry is
-        the same write again."""
+        """The memory a put of a value writes: a new version of the item's fact key
+        (``_fact_key``), superseding the current one, which stays in the key's history; the
+        server places a key's versions one at a time, so concurrent puts leave one current
+        version, and a retry (the same value again) is that version."""
         metadata: dict[str, Any] = {NAMESPACE: list(op.namespace), DEPTH: len(op.namespace)}
         metadata[KEY] = op.key
         for position, label in enumerate(op.namespace):
@@ -503,8 +519,7 @@ class CtxAdminStore(Holding, BaseStore):
         memory: dict[str, Any] = {
             "content": json.dumps(op.value, ensure_ascii=False, separators=(",", ":")),
             "metadata": metadata,
-            "idempotency_key": _item_key(op.namespace, op.key),
-            "replace": True,
+            "key": _fact_key(op.namespace, op.key),
         }
         if op.ttl is not None:
             metadata[TTL] = op.ttl
@@ -514,9 +529,15 @@ class CtxAdminStore(Holding, BaseStore):
     def _add(self, user: str, memories: list[dict[str, Any]]) -> Plan:
         if len(memories) == 1:
             memory = dict(memories[0])
-            yield _Call("add_memory", (self.app, user, memory.pop("content")), memory)
+            answer = yield _Call("add_memory", (self.app, user, memory.pop("content")), memory)
+            stored = [answer]
         else:
-            yield _Call("add_memories", (self.app, user, memories), {})
+            answer = yield _Call("add_memories", (self.app, user, memories), {})
+            stored = [row["memory"] for row in answer["memories"]]
+        # A put of the value an item already holds is that version: a TTL it asks for is
+        # the version's, refreshed (one more call, only when a put has a TTL).
+        if any(TTL in memory["metadata"] for memory in memories):
+            yield from self._touch({"user": user, "entry": entry} for entry in stored)
 
     def _search(self, op: SearchOp) -> Plan:
         _filters.check(op.filter)
