@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
-from memory.similarity import MIN_NEAR_WORDS, jaccard, words
+import math
+
+from memory.similarity import MIN_NEAR_WORDS, words
 
 SAME_THING_JACCARD = 0.5
 
@@ -40,41 +42,72 @@ def one_per_key(hits: list[dict]) -> list[dict]:
     return resolved
 
 
+def _overlapping(word_sets: list[frozenset[str]]) -> list[list[int]]:
+    """For each word set, the earlier sets it overlaps by at least ``SAME_THING_JACCARD``
+    (none for a set of fewer than ``MIN_NEAR_WORDS`` words, nor with one).
+
+    Prefix filtering keeps this near linear: with the words of every set ordered rarest
+    first, two sets whose overlap reaches the threshold share a word within the first
+    ``n - ceil(t * n) + 1`` words of each, so only sets meeting in those prefixes are
+    compared, and only when their sizes allow the threshold (``t * |a| <= |b|``)."""
+    frequency: dict[str, int] = {}
+    for word_set in word_sets:
+        for word in word_set:
+            frequency[word] = frequency.get(word, 0) + 1
+    postings: dict[str, list[int]] = {}
+    overlapping: list[list[int]] = []
+    for index, mine in enumerate(word_sets):
+        size = len(mine)
+        found: list[int] = []
+        overlapping.append(found)
+        if size < MIN_NEAR_WORDS:
+            continue
+        ordered = sorted(mine, key=lambda word: (frequency[word], word))
+        prefix = ordered[: size - max(1, math.ceil(SAME_THING_JACCARD * size - 1e-9)) + 1]
+        candidates = {other for word in prefix for other in postings.get(word, ())}
+        for other in candidates:
+            theirs = word_sets[other]
+            if SAME_THING_JACCARD * max(size, len(theirs)) > min(size, len(theirs)):
+                continue
+            shared = len(mine & theirs)  # the Jaccard overlap: shared / (|a| + |b| - shared)
+            if shared >= SAME_THING_JACCARD * (size + len(theirs) - shared):
+                found.append(other)
+        for word in prefix:
+            postings.setdefault(word, []).append(index)
+    return overlapping
+
+
 def group_same_things(hits: list[dict]) -> list[dict]:
     """``hits`` (best first) with the unkeyed hits about the same thing together, newest
     first, where the best of them ranked; each of a group of two or more gets ``group``
     (1, 2, … in the order the groups are placed). A hit joins the first group holding a
     hit it overlaps enough."""
+    unkeyed = [hit for hit in hits if hit.get("key") is None]
+    overlapping = _overlapping([words(hit["content"]) for hit in unkeyed])
+    group_of: list[int] = []
     groups: list[list[dict]] = []
-    word_sets: list[list[frozenset[str]]] = []
-    order: list[tuple[str, int]] = []  # ("hit", index) or ("group", index)
-    singles: list[dict] = []
-    for hit in hits:
-        if hit.get("key") is not None:
-            order.append(("hit", len(singles)))
-            singles.append(hit)
-            continue
-        mine = words(hit["content"])
-        for index, members in enumerate(word_sets):
-            if len(mine) >= MIN_NEAR_WORDS and any(
-                jaccard(mine, other) >= SAME_THING_JACCARD for other in members
-            ):
-                groups[index].append(hit)
-                members.append(mine)
-                break
+    for hit, others in zip(unkeyed, overlapping, strict=True):
+        if others:
+            joined = min(group_of[other] for other in others)
+            group_of.append(joined)
+            groups[joined].append(hit)
         else:
-            order.append(("group", len(groups)))
+            group_of.append(len(groups))
             groups.append([hit])
-            word_sets.append([mine] if len(mine) >= MIN_NEAR_WORDS else [])
     resolved: list[dict] = []
     number = 0
-    for kind, index in order:
-        if kind == "hit":
-            resolved.append(singles[index])
+    position = 0
+    for hit in hits:
+        if hit.get("key") is not None:
+            resolved.append(hit)
             continue
-        members = groups[index]
+        index = position
+        position += 1
+        members = groups[group_of[index]]
+        if members[0] is not hit:
+            continue
         if len(members) == 1:
-            resolved.append(members[0])
+            resolved.append(hit)
             continue
         number += 1
         ordered = sorted(members, key=_newer, reverse=True)

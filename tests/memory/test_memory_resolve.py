@@ -3,7 +3,11 @@ the best rank; unkeyed hits about the same thing grouped, newest first."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from memory import resolve
+from memory.similarity import MIN_NEAR_WORDS, jaccard, words
 
 
 def hit(id_, content, key=None, valid_from="2026-01-01T00:00:00+00:00"):
@@ -34,7 +38,7 @@ def test_below_the_threshold_nothing_is_grouped():
     # {alice, lives, in, porto} and {alice, works, in, lisbon}: 2 of 6 words shared.
     hits = [hit("p", "Alice lives in Porto"), hit("l", "Alice works in Lisbon")]
     assert (
-        resolve.jaccard(resolve.words(hits[0]["content"]), resolve.words(hits[1]["content"]))
+        jaccard(words(hits[0]["content"]), words(hits[1]["content"]))
         < resolve.SAME_THING_JACCARD
     )
     assert [h.get("group") for h in resolve.resolve(hits)] == [None, None]
@@ -51,3 +55,42 @@ def test_keyed_hits_are_never_grouped_with_unkeyed_ones():
 def test_texts_of_fewer_than_four_words_are_never_grouped():
     hits = [hit("a", "Yes, I did!"), hit("b", "Yes I did")]
     assert [h.get("group") for h in resolve.resolve(hits)] == [None, None]
+
+
+def _grouped_pairwise(hits):
+    """The grouping rule stated plainly: a hit joins the first group holding a hit it
+    overlaps enough, comparing it with every member of every earlier group."""
+    groups = []
+    for hit_ in hits:
+        mine = words(hit_["content"])
+        for members in groups:
+            if len(mine) >= MIN_NEAR_WORDS and any(
+                len(words(m["content"])) >= MIN_NEAR_WORDS
+                and jaccard(mine, words(m["content"])) >= resolve.SAME_THING_JACCARD
+                for m in members
+            ):
+                members.append(hit_)
+                break
+        else:
+            groups.append([hit_])
+    return sorted(sorted(h["id"] for h in members) for members in groups)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from("abcdefghij"), min_size=1, max_size=9),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_the_filtered_grouping_is_the_pairwise_rule(texts):
+    # Words from a small alphabet so that overlaps, near misses and chains (a hit that
+    # overlaps members of two groups) are common.
+    hits = [hit(str(i), " ".join(text)) for i, text in enumerate(texts)]
+    resolved = resolve.group_same_things(hits)
+    found: dict[object, list[str]] = {}
+    for position, h in enumerate(resolved):
+        found.setdefault(h.get("group", ("single", position)), []).append(h["id"])
+    assert sorted(sorted(ids) for ids in found.values()) == _grouped_pairwise(hits)
+    assert sorted(h["id"] for h in resolved) == sorted(h["id"] for h in hits)
