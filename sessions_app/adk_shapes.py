@@ -1,4 +1,4 @@
-"""The shapes of the pinned google-adk 2.13.0 event models (pure data; generated).
+"""The shapes of the pinned google-adk 2.15.0 event models (pure data; generated).
 
 For each pydantic model reachable from ``google.adk.events.Event``: its field names as
 ``Event.model_dump(mode="json")`` writes them, and what each holds: the name of a nested
@@ -9,7 +9,7 @@ model, ``[Model]`` for a list of them, ``{Model}`` for a string-keyed map of the
 
 from __future__ import annotations
 
-ADK_VERSION = "2.13.0"
+ADK_VERSION = "2.15.0"
 
 MODELS: dict[str, dict[str, str | None]] = {
     "Blob": {
@@ -50,6 +50,7 @@ MODELS: dict[str, dict[str, str | None]] = {
         "author": None,
         "avg_logprobs": None,
         "branch": None,
+        "cache_creation_token_count": None,
         "cache_metadata": "CacheMetadata",
         "citation_metadata": "CitationMetadata",
         "content": "Content",

@@ -38,8 +38,7 @@ def test_below_the_threshold_nothing_is_grouped():
     # {alice, lives, in, porto} and {alice, works, in, lisbon}: 2 of 6 words shared.
     hits = [hit("p", "Alice lives in Porto"), hit("l", "Alice works in Lisbon")]
     assert (
-        jaccard(words(hits[0]["content"]), words(hits[1]["content"]))
-        < resolve.SAME_THING_JACCARD
+        jaccard(words(hits[0]["content"]), words(hits[1]["content"])) < resolve.SAME_THING_JACCARD
     )
     assert [h.get("group") for h in resolve.resolve(hits)] == [None, None]
 

@@ -1300,7 +1300,7 @@ export interface components {
                 };
             };
         };
-        /** @description At most one of text, function_call, function_response, inline_data, file_data (what ctxadmin reads), beside any of ADK's other part fields (a thought, its signature, executable code, ...). Fields of google-adk 2.13.0's model that ctxadmin does not interpret are kept as given and returned unchanged; keys outside it are refused. */
+        /** @description At most one of text, function_call, function_response, inline_data, file_data (what ctxadmin reads), beside any of ADK's other part fields (a thought, its signature, executable code, ...). Fields of google-adk 2.15.0's model that ctxadmin does not interpret are kept as given and returned unchanged; keys outside it are refused. */
         Part: {
             text?: string | null;
             function_call?: {
@@ -1395,7 +1395,7 @@ export interface components {
             end_timestamp: number;
             compacted_content: components["schemas"]["Content"];
         };
-        /** @description Fields of google-adk 2.13.0's model that ctxadmin does not interpret are kept as given and returned unchanged; keys outside it are refused. */
+        /** @description Fields of google-adk 2.15.0's model that ctxadmin does not interpret are kept as given and returned unchanged; keys outside it are refused. */
         EventActions: {
             /** @description app:, user:, temp: prefixes select the scope */
             state_delta?: {
@@ -1425,7 +1425,7 @@ export interface components {
             transfer_reason?: unknown;
             transfer_to_agent?: unknown;
         };
-        /** @description Fields of google-adk 2.13.0's model that ctxadmin does not interpret are kept as given and returned unchanged; keys outside it are refused. */
+        /** @description Fields of google-adk 2.15.0's model that ctxadmin does not interpret are kept as given and returned unchanged; keys outside it are refused. */
         UsageMetadata: {
             cached_content_token_count?: number | null;
             candidates_token_count?: number | null;
@@ -1451,7 +1451,7 @@ export interface components {
             }[] | null;
             traffic_type?: unknown;
         };
-        /** @description Fields of google-adk 2.13.0's model that ctxadmin does not interpret are kept as given and returned unchanged; keys outside it are refused. The top-level ones are bounded together (EventLimits.max_kept_bytes, 256 KiB of canonical JSON); the whole event by CTXADMIN_MAX_EVENT_BYTES. */
+        /** @description Fields of google-adk 2.15.0's model that ctxadmin does not interpret are kept as given and returned unchanged; keys outside it are refused. The top-level ones are bounded together (EventLimits.max_kept_bytes, 256 KiB of canonical JSON); the whole event by CTXADMIN_MAX_EVENT_BYTES. */
         EventInput: {
             event_id?: string | null;
             invocation_id?: string | null;
@@ -1467,6 +1467,7 @@ export interface components {
             } | null;
             avg_logprobs?: unknown;
             branch?: unknown;
+            cache_creation_token_count?: unknown;
             /** @description ADK's CacheMetadata */
             cache_metadata?: {
                 [key: string]: unknown;
@@ -1546,6 +1547,7 @@ export interface components {
             stored: boolean;
             avg_logprobs?: unknown;
             branch?: unknown;
+            cache_creation_token_count?: unknown;
             /** @description ADK's CacheMetadata */
             cache_metadata?: {
                 [key: string]: unknown;
