@@ -6,9 +6,12 @@
   ``known_at`` reads as open), the slot still states one value per fact.
 - **Contradictions without a key.** Unkeyed hits about the same thing (the Jaccard overlap
   of their word sets, ``memory.similarity.words``, at least ``SAME_THING_JACCARD``; texts
-  of fewer than ``MIN_NEAR_WORDS`` words are about nothing in particular) form a group:
-  shown together, newest first (by ``valid_from``), in the place of the group's best ranked
-  hit, each with its date; a group of two or more carries its number (``group``).
+  of fewer than ``MIN_NEAR_WORDS`` words are about nothing in particular) form a group,
+  shown newest first (by ``valid_from``) in the places the search ranked its members, each
+  with its date and the group's number (``group``): the newest takes the group's best
+  rank, and every other hit keeps its own. (Moving a group's members up beside its best
+  hit packed low-ranked hits in place of better ones: the evidence benchmark lost up to
+  0.008 of coverage.)
 """
 
 from __future__ import annotations
@@ -78,10 +81,12 @@ def _overlapping(word_sets: list[frozenset[str]]) -> list[list[int]]:
 
 
 def group_same_things(hits: list[dict]) -> list[dict]:
-    """``hits`` (best first) with the unkeyed hits about the same thing together, newest
-    first, where the best of them ranked; each of a group of two or more gets ``group``
-    (1, 2, … in the order the groups are placed). A hit joins the first group holding a
-    hit it overlaps enough."""
+    """``hits`` (best first) with the unkeyed hits about the same thing shown newest first in
+    the places the search ranked them: a group's members trade places among the ranks they
+    hold, so the newest takes the group's best rank, and every other hit keeps its own (what
+    the slot packs, and which hits get their neighbours, is what the search ranked). Each
+    member of a group of two or more gets ``group`` (1, 2, … by the group's best rank). A hit
+    joins the first group holding a hit it overlaps enough."""
     unkeyed = [hit for hit in hits if hit.get("key") is None]
     overlapping = _overlapping([words(hit["content"]) for hit in unkeyed])
     group_of: list[int] = []
@@ -94,24 +99,21 @@ def group_same_things(hits: list[dict]) -> list[dict]:
         else:
             group_of.append(len(groups))
             groups.append([hit])
+    newest_first = [sorted(members, key=_newer, reverse=True) for members in groups]
+    numbers: dict[int, int] = {}
     resolved: list[dict] = []
-    number = 0
     position = 0
     for hit in hits:
         if hit.get("key") is not None:
             resolved.append(hit)
             continue
-        index = position
+        group = group_of[position]
         position += 1
-        members = groups[group_of[index]]
-        if members[0] is not hit:
-            continue
-        if len(members) == 1:
+        if len(groups[group]) == 1:
             resolved.append(hit)
             continue
-        number += 1
-        ordered = sorted(members, key=_newer, reverse=True)
-        resolved.extend({**member, "group": number} for member in ordered)
+        number = numbers.setdefault(group, len(numbers) + 1)
+        resolved.append({**newest_first[group].pop(0), "group": number})
     return resolved
 
 

@@ -23,15 +23,18 @@ def test_one_version_per_key_the_latest_valid_at_the_best_rank():
     assert [h["id"] for h in resolve.one_per_key(hits)] == ["w", "x"]
 
 
-def test_unkeyed_hits_about_the_same_thing_are_grouped_newest_first():
+def test_unkeyed_hits_about_the_same_thing_trade_places_newest_first():
     hits = [
         hit("old", "Alice lives in Porto now", valid_from="2025-01-01T00:00:00+00:00"),
         hit("tea", "Alice likes green tea"),
         hit("new", "Alice lives in Lisbon now", valid_from="2026-03-01T00:00:00+00:00"),
+        hit("mid", "Alice lives in Braga now", valid_from="2025-06-01T00:00:00+00:00"),
+        hit("k", "Window seat", "preference.seat"),
     ]
     resolved = resolve.resolve(hits)
-    assert [h["id"] for h in resolved] == ["new", "old", "tea"]
-    assert [h.get("group") for h in resolved] == [1, 1, None]
+    # The group holds ranks 1, 3 and 4: the newest takes rank 1; tea and the key keep theirs.
+    assert [h["id"] for h in resolved] == ["new", "tea", "mid", "old", "k"]
+    assert [h.get("group") for h in resolved] == [1, None, 1, 1, None]
 
 
 def test_below_the_threshold_nothing_is_grouped():
