@@ -12,15 +12,18 @@ the request is refused as if consent were missing.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 
 from ctxadmin.errors import ServiceError, invalid, not_found
 from ctxadmin.models import App
 from ctxadmin.timestamps import iso_timestamp
+from memory.extractors import ExtractorSpec, stored_extractor
 from memory.inputs import (
     DEFAULT_POLICY,
     POLICY_KEYS,
@@ -41,26 +44,34 @@ def policy_state(app: App) -> dict:
         return {**DEFAULT_POLICY.as_dict(), "source": "default", "updated_at": None}
     return {
         **{name: getattr(row, name) for name in POLICY_KEYS},
+        "extractor": stored_extractor(row.extractor).as_dict(),
         "source": "app",
         "updated_at": iso_timestamp(row.updated_at),
     }
 
 
+def app_extractor(app: App) -> ExtractorSpec:
+    """The extractor the app's policy names (none without a policy)."""
+    row = MemoryPolicy.objects.filter(app=app).only("extractor").first()
+    return stored_extractor(row.extractor if row is not None else {})
+
+
 def set_policy(app: App, body: Any, key_prefix: str) -> dict:
-    policy = parse_memory_policy(body)
+    policy = parse_memory_policy(body, frozenset(settings.CTXADMIN_PROVIDERS))
     with connection.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO memory_memorypolicy
                 (app_id, consent_required, default_ttl_seconds, retention_days, legal_hold,
-                 ingestion, updated_at, updated_by)
-            VALUES (%s, %s, %s, %s, %s, %s, now(), %s)
+                 ingestion, extractor, updated_at, updated_by)
+            VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, now(), %s)
             ON CONFLICT (app_id) DO UPDATE SET
                 consent_required = EXCLUDED.consent_required,
                 default_ttl_seconds = EXCLUDED.default_ttl_seconds,
                 retention_days = EXCLUDED.retention_days,
                 legal_hold = EXCLUDED.legal_hold,
                 ingestion = EXCLUDED.ingestion,
+                extractor = EXCLUDED.extractor,
                 updated_at = now(),
                 updated_by = EXCLUDED.updated_by
             """,
@@ -71,10 +82,13 @@ def set_policy(app: App, body: Any, key_prefix: str) -> dict:
                 policy.retention_days,
                 policy.legal_hold,
                 policy.ingestion,
+                json.dumps(policy.extractor.as_dict() if policy.extractor.extracts else {}),
                 key_prefix,
             ],
         )
-    logger.info("memory_policy_set", extra={"app": app.pk, **policy.as_dict()})
+    # The extractor by its kind only (its connection and model are configuration, not logged).
+    logged = {**policy.as_dict(), "extractor": policy.extractor.kind}
+    logger.info("memory_policy_set", extra={"app": app.pk, **logged})
     return policy_state(app)
 
 

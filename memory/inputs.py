@@ -18,6 +18,7 @@ from ctxadmin.errors import invalid, strict_object
 from ctxadmin.pruning import echoed, is_secret_key
 from memory import facts
 from memory import filters as memory_filters
+from memory.extractors import NO_EXTRACTOR, ExtractorSpec, SpecError, parse_extractor
 
 REDACTED = "[redacted]"
 ADD_KEYS = frozenset(
@@ -213,6 +214,7 @@ POLICY_KEYS = (
     "retention_days",
     "legal_hold",
     "ingestion",
+    "extractor",
 )
 INGESTION_MODES = ("off", "on_success")
 CONSENT_KEYS = frozenset({"granted"})
@@ -234,9 +236,13 @@ class Policy:
     legal_hold: bool = False
     # "on_success": an append that completes an invocation admits an outbox job.
     ingestion: str = "off"
+    # What ingestion does with the turns (``memory.extractors``): none stores each as said.
+    extractor: ExtractorSpec = NO_EXTRACTOR
 
     def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in POLICY_KEYS}
+        values = {name: getattr(self, name) for name in POLICY_KEYS}
+        values["extractor"] = self.extractor.as_dict()
+        return values
 
 
 DEFAULT_POLICY = Policy()
@@ -268,8 +274,19 @@ def _positive(body: dict, name: str, maximum: int) -> int | None:
     return value
 
 
-def parse_memory_policy(body: Any) -> Policy:
-    """A whole memory policy (PUT replaces it; a field left out takes its default)."""
+def parse_extractor_field(
+    value: Any, path: str = "extractor", connections: frozenset[str] | None = None
+) -> ExtractorSpec:
+    """An ``extractor`` field (``memory.extractors``), refused in the one error envelope."""
+    try:
+        return parse_extractor(value, path, connections)
+    except SpecError as exc:
+        raise invalid(exc.path, exc.message) from None
+
+
+def parse_memory_policy(body: Any, connections: frozenset[str] | None = None) -> Policy:
+    """A whole memory policy (PUT replaces it; a field left out takes its default).
+    ``connections``: the provider connections configured, which an extractor must name."""
     strict_object(body, set(POLICY_KEYS))
     flags = {}
     for name in ("consent_required", "legal_hold"):
@@ -294,6 +311,7 @@ def parse_memory_policy(body: Any) -> Policy:
         retention_days=retention,
         legal_hold=flags["legal_hold"],
         ingestion=ingestion,
+        extractor=parse_extractor_field(body.get("extractor", {}), "extractor", connections),
     )
 
 

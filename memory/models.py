@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
+from django.db.models import Value
 from django.db.models.functions import Now
 from pgvector.django import HnswIndex, VectorField
 
@@ -226,6 +227,9 @@ class MemoryPolicy(models.Model):
     # "on_success": an append that completes an invocation admits an outbox job for the
     # session's events not yet admitted; "off": only explicit ingestion requests.
     ingestion = models.CharField(max_length=16, db_default="off", default="off")
+    # The extractor ingestion uses (``memory.extractors``: a spec's ``as_dict``); empty: none,
+    # each turn stored as said.
+    extractor = models.JSONField(default=dict, db_default=Value({}, models.JSONField()))
     updated_at = models.DateTimeField(db_default=Now())
     updated_by = models.CharField(max_length=10, blank=True, db_default="")  # key prefix
 
@@ -369,6 +373,11 @@ class OutboxJob(models.Model):
     skipped = models.IntegerField(default=0)
     redacted = models.IntegerField(default=0)
     skipped_by_reason = models.JSONField(default=dict)
+    # An extraction job's extractor (a spec's ``as_dict``; empty for ``session_events.v1``)
+    # and its totals: runs, applied, refused, added, updated, retired, unchanged,
+    # input_tokens, output_tokens.
+    extractor = models.JSONField(default=dict, db_default=Value({}, models.JSONField()))
+    extracted = models.JSONField(default=dict, db_default=Value({}, models.JSONField()))
     attempts = models.IntegerField(default=0)
     max_attempts = models.IntegerField()
     due_at = models.DateTimeField()
@@ -412,6 +421,49 @@ class OutboxJob(models.Model):
 
     def __str__(self) -> str:
         return f"outbox job {self.id}"
+
+
+class ExtractionRun(models.Model):
+    """One batch of an extraction job: which extractor was asked (its kind, model and prompt
+    version), how much it cost, what it answered and what the server decided (``applied``,
+    or ``refused`` with the check's code and path). The answer is content: shown only with
+    the content right, deleted with its user or session, and with its job when ended jobs
+    are pruned."""
+
+    APPLIED = "applied"
+    REFUSED = "refused"
+
+    id = models.BigAutoField(primary_key=True)
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user_id = models.CharField(max_length=128)
+    session_id = models.CharField(max_length=128)
+    job = models.ForeignKey(OutboxJob, on_delete=models.CASCADE, related_name="runs")
+    batch = models.IntegerField()
+    extractor = models.CharField(max_length=32)
+    model = models.CharField(max_length=128)
+    prompt_version = models.CharField(max_length=32)
+    outcome = models.CharField(max_length=16)
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_path = models.CharField(max_length=128, blank=True, default="")
+    turns = models.IntegerField()
+    candidates = models.IntegerField()
+    input_tokens = models.IntegerField(null=True)
+    output_tokens = models.IntegerField(null=True)
+    added = models.IntegerField(default=0)
+    updated = models.IntegerField(default=0)
+    retired = models.IntegerField(default=0)
+    unchanged = models.IntegerField(default=0)
+    answer = models.TextField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["app", "user_id", "session_id"], name="extraction_run_scope"),
+            models.Index(fields=["app", "created_at"], name="extraction_run_app_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"extraction run {self.id}"
 
 
 class OutboxRows(models.Model):

@@ -79,11 +79,14 @@ def apply(
     epoch: int | None = None,
     session_id: str = "",
     written_by: str = "",
+    job_id: str | None = None,
 ) -> dict[str, int]:
     """Apply ``operations`` (checked) to the scope in one transaction; how many of each
     outcome: ``added``, ``updated``, ``retired``, ``unchanged`` (a noop, or an add the scope
-    held already, as such or nearly)."""
+    held already, as such or nearly). ``job_id``: the extraction job the new memories name
+    as their writer (their history says so)."""
     outcomes: Counter[str] = Counter()
+    written: list[str] = []
     with transaction.atomic():
         lock_scope(app, user_id)
         if epoch is not None:
@@ -93,9 +96,11 @@ def apply(
             if operation.op == "noop":
                 outcomes["unchanged"] += 1
             elif operation.op == "add":
-                _entry, outcome = entries.merge_memory(
+                entry, outcome = entries.merge_memory(
                     app, user_id, _new(operation, session_id), written_by=written_by
                 )
+                if outcome == entries.CREATED:
+                    written.append(entry["id"])
                 outcomes["added" if outcome == entries.CREATED else "unchanged"] += 1
             elif operation.op == "retire":
                 _close(app, user_id, operation.candidate.memory_id, None, f"{path}.candidate")
@@ -112,5 +117,13 @@ def apply(
                     continue
                 if candidate.key is None:
                     _close(app, user_id, candidate.memory_id, entry["id"], f"{path}.candidate")
+                written.append(entry["id"])
                 outcomes["updated"] += 1
+        if job_id is not None and written:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "UPDATE memory_memoryentry SET job_id = %s::uuid "
+                    "WHERE app_id = %s AND user_id = %s AND id = ANY(%s::uuid[])",
+                    [job_id, app.pk, user_id, written],
+                )
     return {name: outcomes[name] for name in ("added", "updated", "retired", "unchanged")}

@@ -31,6 +31,9 @@ from datetime import datetime, timedelta
 from memory.proposals import Candidate
 from memory.similarity import normalised
 
+# Changes whenever a rule does; kept with every extraction run.
+VERSION = "rules.v1"
+
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
 # Clauses of a sentence that each say something of their own: "I live in Porto and I love
 # trams" is two.

@@ -3,6 +3,7 @@ after ``memory.api.schemas``'s, whose parts they share)."""
 
 from __future__ import annotations
 
+from ctxadmin.api.schema import ref
 from memory.api.schemas import (
     _FINGERPRINT,
     _NULLABLE_STRING,
@@ -12,6 +13,7 @@ from memory.api.schemas import (
 )
 from memory.models import OutboxJob
 from memory.outbox.admission import MAX_ATTEMPTS_LIMIT, MAX_JOB_EVENTS
+from memory.outbox.jobs import EXTRACTION_TOTALS
 
 OUTBOX_COMPONENTS: dict = {}
 _COUNT = {"type": "integer", "minimum": 0}
@@ -25,6 +27,10 @@ OUTBOX_COMPONENTS["OutboxAdmission"] = _strict(
             "description": "ingest the events after this seq (default 0: from the first)",
         },
         "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
+        "extractor": {
+            "allOf": [ref("Extractor")],
+            "description": "this job's extractor (default: the app's memory policy's)",
+        },
     },
     ["session_id"],
 )
@@ -74,6 +80,21 @@ _OUTBOX_JOB_FIELDS = {
     "skipped": _COUNT,
     "skipped_by_reason": {"type": "object", "additionalProperties": {"type": "integer"}},
     "redacted": {**_COUNT, "description": "events whose text had credentials redacted"},
+    "adapter": {
+        "enum": ["session_events.v1", "extraction.v1"],
+        "description": "session_events.v1 stores each turn as said; extraction.v1 extracts",
+    },
+    "extraction": {
+        "type": "object",
+        "nullable": True,
+        "additionalProperties": False,
+        "description": "an extraction job's extractor kind and totals (null otherwise)",
+        "properties": {
+            "extractor": {"type": "string"},
+            **{name: _COUNT for name in EXTRACTION_TOTALS},
+        },
+        "required": ["extractor", *EXTRACTION_TOTALS],
+    },
     "attempts": _COUNT,
     "max_attempts": _COUNT,
     "next_attempt_at": _NULLABLE_TIME,

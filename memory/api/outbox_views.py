@@ -22,9 +22,10 @@ def _status_url(request, app: str, job_id: str) -> str:
 
 
 class MemoryIngestionsView(MemoryScopedView):
-    """``{"session_id", "after_seq"?, "max_attempts"?}``: the session's events after
-    ``after_seq`` (at most 5,000 events and 8 MiB) become one durable ingestion job, drained
-    by workers."""
+    """``{"session_id", "after_seq"?, "max_attempts"?, "extractor"?}``: the session's events
+    after ``after_seq`` (at most 5,000 events and 8 MiB) become one durable ingestion job,
+    drained by workers; with an extractor (the request's, else the app's memory policy's),
+    an extraction job."""
 
     @extend_schema(
         operation_id="memories_ingestions_admit",
@@ -37,9 +38,14 @@ class MemoryIngestionsView(MemoryScopedView):
         responses={202: ref("OutboxAdmitted"), 200: ref("OutboxAdmitted")},
     )
     def post(self, request, app, user):
-        session_id, after_seq, attempts = outbox_admission.parse_request(request.data)
+        session_id, after_seq, attempts, extractor = outbox_admission.parse_request(request.data)
         admission = outbox_admission.admit(
-            self.tenant, user, session_id, after_seq=after_seq, max_attempts=attempts
+            self.tenant,
+            user,
+            session_id,
+            after_seq=after_seq,
+            max_attempts=attempts,
+            extractor=extractor,
         )
         job = admission.job
         body = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ctxadmin.api.paths import ID_PATTERN, MAX_ID_LENGTH
 from ctxadmin.api.schema import page, ref
+from memory.extractors import EXTRACTOR_KINDS, MAX_OUTPUT_TOKENS
 from memory.facts import MAX_FACT_KEY_LENGTH
 from memory.filters import MAX_CONDITIONS, MAX_IN_VALUES, MAX_STRING_BYTES
 from memory.inputs import (
@@ -390,6 +391,20 @@ COMPONENTS["MemoryEventsResult"] = _strict(
     ["added", "duplicates", "skipped", "skipped_by_reason", "memory_ids"],
 )
 
+COMPONENTS["Extractor"] = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "What ingestion does with a session's turns: none stores each as said; "
+    "rules extracts facts offline by stated rules; openai_compatible, gemini and anthropic "
+    "ask a model behind a provider connection (connection and model required). Whatever "
+    "an extractor proposes is checked whole and applied in one transaction, or refused.",
+    "properties": {
+        "kind": {"enum": list(EXTRACTOR_KINDS)},
+        "connection": {"type": "string", "pattern": "^[a-z0-9_-]{1,64}$"},
+        "model": {"type": "string", "maxLength": 128},
+        "max_output_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_OUTPUT_TOKENS},
+    },
+}
 _POLICY_FIELDS = {
     "consent_required": {
         "type": "boolean",
@@ -421,6 +436,11 @@ _POLICY_FIELDS = {
         "description": "on_success: an append that completes an invocation (turn_complete, or "
         "a final text answer of the model) admits a durable ingestion job for the session's "
         "events not yet admitted.",
+    },
+    "extractor": {
+        "allOf": [ref("Extractor")],
+        "description": "The extractor ingestion jobs use (default none); an admission may "
+        "name another.",
     },
 }
 COMPONENTS["MemoryPolicy"] = _strict(_POLICY_FIELDS)

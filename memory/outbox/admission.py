@@ -18,12 +18,14 @@ from ctxadmin.errors import ServiceError, invalid, not_found, strict_object
 from ctxadmin.models import App
 from ctxadmin.wake import wake
 from memory import governance
-from memory.inputs import ID
+from memory.extractors import NO_EXTRACTOR, ExtractorSpec
+from memory.inputs import ID, parse_extractor_field
 from memory.models import OutboxJob
 from memory.outbox.jobs import (
     ACTIVE_SQL,
     ADAPTER,
     ADMISSIONS,
+    EXTRACTION_ADAPTER,
     code_of,
 )
 from memory.outbox.sanitise import sanitise
@@ -36,7 +38,7 @@ MAX_JOB_EVENTS = 5_000
 # The stored bytes of the events one job takes at most (its first event whatever its size).
 MAX_JOB_BYTES = 8 * 1024 * 1024
 MAX_ATTEMPTS_LIMIT = 20
-ADMIT_KEYS = frozenset({"session_id", "after_seq", "max_attempts"})
+ADMIT_KEYS = frozenset({"session_id", "after_seq", "max_attempts", "extractor"})
 # Ended jobs that admitting the same events again starts afresh (a completed one is found).
 _REVIVABLE = (OutboxJob.FAILED, OutboxJob.CANCELLED)
 # The first key of the global admission lock ("obx\0").
@@ -51,8 +53,9 @@ class Admission:
     next_after_seq: int | None
 
 
-def parse_request(body: Any) -> tuple[str, int, int]:
-    """``{"session_id", "after_seq"?, "max_attempts"?}`` → (session id, after_seq, attempts)."""
+def parse_request(body: Any) -> tuple[str, int, int, ExtractorSpec | None]:
+    """``{"session_id", "after_seq"?, "max_attempts"?, "extractor"?}`` → (session id,
+    after_seq, attempts, the extractor asked for or None for the app's)."""
     strict_object(body, ADMIT_KEYS)
     session_id = body.get("session_id")
     if not isinstance(session_id, str) or not ID.match(session_id):
@@ -69,21 +72,35 @@ def parse_request(body: Any) -> tuple[str, int, int]:
         or not 1 <= attempts <= MAX_ATTEMPTS_LIMIT
     ):
         raise invalid("max_attempts", f"must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
-    return session_id, after_seq, attempts
+    extractor = None
+    if body.get("extractor") is not None:
+        extractor = parse_extractor_field(
+            body["extractor"], "extractor", frozenset(settings.CTXADMIN_PROVIDERS)
+        )
+    return session_id, after_seq, attempts, extractor
 
 
-def job_id_for(app: App, user_id: str, session_id: str, event_ids: list[str], epoch: int) -> str:
-    """The deterministic id of the job that ingests these events at this epoch."""
-    digest = fingerprint(
-        {
-            "adapter": ADAPTER,
-            "app_id": app.pk,
-            "user_id": user_id,
-            "session_id": session_id,
-            "event_ids": event_ids,
-            "erasure_epoch": epoch,
-        }
-    )
+def job_id_for(
+    app: App,
+    user_id: str,
+    session_id: str,
+    event_ids: list[str],
+    epoch: int,
+    extractor: ExtractorSpec = NO_EXTRACTOR,
+) -> str:
+    """The deterministic id of the job that ingests these events at this epoch (with this
+    extractor: the same events extracted by another one are another job)."""
+    fields = {
+        "adapter": ADAPTER,
+        "app_id": app.pk,
+        "user_id": user_id,
+        "session_id": session_id,
+        "event_ids": event_ids,
+        "erasure_epoch": epoch,
+    }
+    if extractor.extracts:
+        fields.update(adapter=EXTRACTION_ADAPTER, extractor=extractor.as_dict())
+    digest = fingerprint(fields)
     return str(uuid.UUID(hex=digest[:32]))
 
 
@@ -143,14 +160,19 @@ def admit(
     after_seq: int = 0,
     max_attempts: int | None = None,
     appended_after=None,
+    extractor: ExtractorSpec | None = None,
 ) -> Admission:
     """Admit the session's events after ``after_seq`` as one job, or find the job that
     already ingests exactly them at the current epoch (a failed or cancelled one starts
     again, from its first event: what it wrote counts as duplicates). 404 for a session
     not in this scope, 422 ``nothing_to_ingest`` when no event follows ``after_seq``, 403
     ``consent_required`` under a consent policy without consent, 429
-    ``outbox_capacity_exceeded`` (naming the limit) or ``terminal_retention_full``."""
+    ``outbox_capacity_exceeded`` (naming the limit) or ``terminal_retention_full``. With an
+    extractor (``extractor``, else the app's policy's), the job extracts facts from the
+    turns (``extraction.v1``) instead of storing each as said."""
     attempts = settings.CTXADMIN_OUTBOX_MAX_ATTEMPTS if max_attempts is None else max_attempts
+    if extractor is None:
+        extractor = governance.app_extractor(app)
     governance.write_terms(app, user_id)  # consent, fail-closed
     rows = sessions.events_after(
         app,
@@ -192,7 +214,7 @@ def admit(
         # An erasure of the scope waits for this admission, then cancels the job it wrote.
         lock_scope(app, user_id, shared=True)
         epoch = current_epoch(app, user_id)
-        job_id = job_id_for(app, user_id, session_id, event_ids, epoch)
+        job_id = job_id_for(app, user_id, session_id, event_ids, epoch, extractor)
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(_ADMISSION_LOCK))
             existing = OutboxJob.objects.filter(pk=job_id, app=app).first()
@@ -212,7 +234,8 @@ def admit(
             user_id=user_id,
             scope_fingerprint=scope_fingerprint(app, user_id),
             session_id=session_id,
-            adapter=ADAPTER,
+            adapter=EXTRACTION_ADAPTER if extractor.extracts else ADAPTER,
+            extractor=extractor.as_dict() if extractor.extracts else {},
             erasure_epoch=epoch,
             phase=OutboxJob.PENDING,
             payload=payload,

@@ -25,9 +25,16 @@ def _erase_jobs(app: App, user_id: str, session_id: str | None) -> int:
     ``cancelled`` (``stale_epoch``) without writing, and after a session erasure (no new
     epoch) the job is cancelled here, so its worker's next lease renewal fails. A user
     erasure also blanks the user and session ids of every job of the scope (the scope
-    fingerprint stays). The count is the active jobs stopped."""
+    fingerprint stays). The extraction runs of the scope (or the session) are deleted. The
+    count is the active jobs stopped."""
     message = MESSAGES["erased"]
     with connection.cursor() as cursor:
+        # What extractors answered about the user (or of the session): content, gone with it.
+        cursor.execute(
+            "DELETE FROM memory_extractionrun WHERE app_id = %s AND user_id = %s "
+            "AND (%s::text IS NULL OR session_id = %s)",
+            [app.pk, user_id, session_id, session_id],
+        )
         if session_id is None:
             cursor.execute(
                 """

@@ -27,6 +27,21 @@ EVENTS_PROCESSED = Counter(
 
 
 ADAPTER = "session_events.v1"
+# A job whose turns an extractor turns into memory operations (``memory.outbox.extract``).
+EXTRACTION_ADAPTER = "extraction.v1"
+# An extraction job's totals (its ``extracted``): batches the extractor answered, answers
+# applied and refused, operations' outcomes, and the model's tokens.
+EXTRACTION_TOTALS = (
+    "runs",
+    "applied",
+    "refused",
+    "added",
+    "updated",
+    "retired",
+    "unchanged",
+    "input_tokens",
+    "output_tokens",
+)
 ACTIVE = OutboxJob.ACTIVE
 TERMINAL = OutboxJob.TERMINAL
 ACTIVE_SQL = "('pending', 'running', 'retry')"
@@ -45,6 +60,15 @@ MESSAGES = {
     "embedding_failed": "The embedder could not embed the batch.",
     "database_error": "A database error interrupted the batch.",
     "internal_error": "An unexpected error interrupted the batch.",
+    "extractor_unavailable": "The extractor's provider connection is not configured.",
+    "provider_timeout": "The extractor's model did not answer in time.",
+    "provider_rate_limited": "The extractor's provider refused the call for its rate limit.",
+    "provider_unavailable": "The extractor's provider was unavailable.",
+    "provider_auth_failed": "The extractor's provider refused the credentials.",
+    "provider_rejected": "The extractor's provider rejected the call.",
+    "provider_bad_response": "The extractor's provider answered in an unexpected shape.",
+    "provider_output_too_large": "The extractor's model answered more than may be read.",
+    "provider_call_failed": "The extractor's provider call failed.",
 }
 # Errors that no retry can fix: the job fails at once.
 

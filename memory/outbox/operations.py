@@ -14,10 +14,13 @@ from ctxadmin.errors import ServiceError, not_found, uuid_or_404
 from ctxadmin.models import App
 from ctxadmin.timestamps import iso_timestamp
 from ctxadmin.wake import wake
+from memory.extractors import stored_extractor
 from memory.models import OutboxJob
 from memory.outbox.jobs import (
     ACTIVE,
     ACTIVE_SQL,
+    EXTRACTION_ADAPTER,
+    EXTRACTION_TOTALS,
     TERMINAL_SQL,
     end_jobs,
 )
@@ -89,6 +92,14 @@ def cancel_jobs(job_ids: list) -> int:
         )
 
 
+def _extraction(job: OutboxJob) -> dict | None:
+    """An extraction job's extractor (its kind) and totals; None for a verbatim job."""
+    if job.adapter != EXTRACTION_ADAPTER:
+        return None
+    totals = {name: int(job.extracted.get(name, 0)) for name in EXTRACTION_TOTALS}
+    return {"extractor": stored_extractor(job.extractor).kind, **totals}
+
+
 def job_json(job: OutboxJob) -> dict:
     """Content-free: ids, phase, counts, attempts, times, a fixed error message."""
     running = job.phase == OutboxJob.RUNNING
@@ -109,6 +120,8 @@ def job_json(job: OutboxJob) -> dict:
         "skipped": job.skipped,
         "skipped_by_reason": job.skipped_by_reason,
         "redacted": job.redacted,
+        "adapter": job.adapter,
+        "extraction": _extraction(job),
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
         "next_attempt_at": iso_timestamp(job.due_at)

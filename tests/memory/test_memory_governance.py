@@ -518,6 +518,7 @@ class TestPolicy:
             "retention_days": None,
             "legal_hold": False,
             "ingestion": "off",
+            "extractor": {"kind": "none"},
             "source": "default",
             "updated_at": None,
         }
@@ -537,6 +538,8 @@ class TestPolicy:
             ({"legal_hold": 1}, "legal_hold"),
             ({"ingestion": "sometimes"}, "ingestion"),
             ({"ingestion": None}, "ingestion"),
+            ({"extractor": None}, "extractor"),
+            ({"extractor": {"kind": "llm"}}, "extractor.kind"),
             ({"default_ttl_seconds": 0}, "default_ttl_seconds"),
             ({"default_ttl_seconds": -5}, "default_ttl_seconds"),
             ({"default_ttl_seconds": True}, "default_ttl_seconds"),

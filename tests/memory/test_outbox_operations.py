@@ -12,7 +12,7 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from memory.models import OutboxJob
-from memory.outbox import operations, worker
+from memory.outbox import leases, operations, worker
 from memory.tasks import drain_outbox
 from tests.conftest import make_tenant
 from tests.outbox_helpers import (
@@ -354,7 +354,7 @@ class TestIndexesAndMetrics:
             return "\n".join(row[0] for row in cursor.fetchall())
 
     def test_claiming_and_pruning_read_their_partial_indexes(self):
-        assert "outbox_claimable" in self.plan(worker.CLAIM_NEXT_SQL)
+        assert "outbox_claimable" in self.plan(leases.CLAIM_NEXT_SQL)
         assert "outbox_terminal" in self.plan(operations.PRUNE_SQL, [timedelta(days=7), 1000])
 
     def test_counters_follow_admissions_and_endings(self, api):

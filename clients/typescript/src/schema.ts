@@ -2336,6 +2336,14 @@ export interface components {
             };
             memory_ids: string[];
         };
+        /** @description What ingestion does with a session's turns: none stores each as said; rules extracts facts offline by stated rules; openai_compatible, gemini and anthropic ask a model behind a provider connection (connection and model required). Whatever an extractor proposes is checked whole and applied in one transaction, or refused. */
+        Extractor: {
+            /** @enum {unknown} */
+            kind?: "none" | "rules" | "openai_compatible" | "gemini" | "anthropic";
+            connection?: string;
+            model?: string;
+            max_output_tokens?: number;
+        };
         MemoryPolicy: {
             /** @description Adds and searches for a user need their granted consent (403 consent_required). */
             consent_required?: boolean;
@@ -2350,6 +2358,8 @@ export interface components {
              * @enum {unknown}
              */
             ingestion?: "off" | "on_success";
+            /** @description The extractor ingestion jobs use (default none); an admission may name another. */
+            extractor?: components["schemas"]["Extractor"];
         };
         MemoryPolicyState: {
             /** @description Adds and searches for a user need their granted consent (403 consent_required). */
@@ -2365,6 +2375,8 @@ export interface components {
              * @enum {unknown}
              */
             ingestion: "off" | "on_success";
+            /** @description The extractor ingestion jobs use (default none); an admission may name another. */
+            extractor: components["schemas"]["Extractor"];
             /** @enum {unknown} */
             source: "default" | "app";
             /** Format: date-time */
@@ -2494,6 +2506,8 @@ export interface components {
             /** @description ingest the events after this seq (default 0: from the first) */
             after_seq?: number;
             max_attempts?: number;
+            /** @description this job's extractor (default: the app's memory policy's) */
+            extractor?: components["schemas"]["Extractor"];
         };
         OutboxAdmitted: {
             /** Format: uuid */
@@ -2534,6 +2548,24 @@ export interface components {
             };
             /** @description events whose text had credentials redacted */
             redacted: number;
+            /**
+             * @description session_events.v1 stores each turn as said; extraction.v1 extracts
+             * @enum {unknown}
+             */
+            adapter: "session_events.v1" | "extraction.v1";
+            /** @description an extraction job's extractor kind and totals (null otherwise) */
+            extraction: {
+                extractor: string;
+                runs: number;
+                applied: number;
+                refused: number;
+                added: number;
+                updated: number;
+                retired: number;
+                unchanged: number;
+                input_tokens: number;
+                output_tokens: number;
+            } | null;
             attempts: number;
             max_attempts: number;
             /** Format: date-time */
