@@ -15,12 +15,14 @@ no peer). Then the evidence a built context holds at fixed budgets
 (``bench/evidence_bench``; alone with ``--only evidence``), facts over time: the
 point-in-time suite and what keys cost beside the code before them (``bench/facts_bench``;
 alone with ``--only facts``), the secret detectors and their
-cost per KiB (``bench/redaction_bench``; alone with ``--only redaction``), and last,
+cost per KiB (``bench/redaction_bench``; alone with ``--only redaction``), the extraction
+evaluation (``bench/extraction_bench``; alone with ``--only extraction``; a model only when
+``CTXADMIN_EVAL_OPENAI_BASE_URL`` and ``CTXADMIN_EVAL_OPENAI_MODEL`` name one), and last,
 the load and fault runs (``bench/load_bench``) against a service of their own.
 
     .venv/bin/python -m bench [--skip-peer] [--events 2000] [--big-events 10000]
                               [--sessions 100000] [--only evidence [--columns C,...]]
-                              [--only redaction] [--only facts]
+                              [--only redaction] [--only facts] [--only extraction]
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from bench import (
     adk_peer,
     cache_bench,
     evidence_bench,
+    extraction_bench,
     facts_bench,
     invocation_bench,
     langgraph_client_bench,
@@ -65,7 +68,7 @@ def main() -> None:
     parser.add_argument("--memory-small", type=int, default=10000)
     parser.add_argument(
         "--only",
-        choices=["evidence", "redaction", "facts"],
+        choices=["evidence", "redaction", "facts", "extraction"],
         help="run one section alone (its own service) and rewrite it in BENCHMARKS.md",
     )
     parser.add_argument(
@@ -77,6 +80,9 @@ def main() -> None:
     args.raw = sys.argv[1:]
     if args.only == "redaction":
         redaction_bench.run_section("python -m bench --only redaction")  # in process
+        return
+    if args.only == "extraction":
+        extraction_bench.run_section("python -m bench --only extraction")  # in process
         return
     if args.only == "facts":
         facts_bench.run_section("python -m bench --only facts")  # services of its own
@@ -156,6 +162,8 @@ def main() -> None:
     print("measuring the secret detectors …", flush=True)
     secret_bench.run_section("make bench")  # in process: no service
     redaction_bench.run_section("make bench")
+    print("evaluating the extractors …", flush=True)
+    extraction_bench.run_section("make bench")  # in process; a model only when one is named
     # In var/load, with a Redis of its own: its faults disturb nothing measured above.
     load_failures = load_bench.run_section("make bench")
     if cache["failures"]:
