@@ -243,6 +243,15 @@ CTXADMIN_OUTBOX_MAX_ATTEMPTS = env.int("CTXADMIN_OUTBOX_MAX_ATTEMPTS", 5, minimu
 CTXADMIN_OUTBOX_BACKOFF_SECONDS = env.int("CTXADMIN_OUTBOX_BACKOFF_SECONDS", 2, minimum=0)
 CTXADMIN_OUTBOX_BACKOFF_MAX_SECONDS = env.int("CTXADMIN_OUTBOX_BACKOFF_MAX_SECONDS", 300, minimum=0)
 CTXADMIN_OUTBOX_SWEEP_SECONDS = env.int("CTXADMIN_OUTBOX_SWEEP_SECONDS", 10, minimum=1)
+# Model extractors' tokens (input and output, as providers report them) per app per UTC day
+# and per job per UTC day: a batch that would pass either waits for the next day (deferred,
+# never dropped).
+CTXADMIN_EXTRACTION_TOKENS_PER_APP_DAY = env.int(
+    "CTXADMIN_EXTRACTION_TOKENS_PER_APP_DAY", 2_000_000, minimum=1_000
+)
+CTXADMIN_EXTRACTION_TOKENS_PER_JOB_DAY = env.int(
+    "CTXADMIN_EXTRACTION_TOKENS_PER_JOB_DAY", 200_000, minimum=1_000
+)
 # The provider prefix-cache registry (caching/).
 CTXADMIN_CACHE_MAX_ENTRIES = env.int("CTXADMIN_CACHE_MAX_ENTRIES", 10_000, minimum=1)
 CTXADMIN_CACHE_MAX_WAITERS = env.int("CTXADMIN_CACHE_MAX_WAITERS", 256, minimum=1, maximum=10_000)

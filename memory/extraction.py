@@ -118,6 +118,16 @@ def _parsed(text: str) -> Any:
     return text
 
 
+def estimated_tokens(spec: ExtractorSpec, turns: list[dict], candidates: list[Candidate]) -> int:
+    """What asking ``spec``'s model about this batch may cost at most, in tokens: the prompt's
+    characters over four (what a tokenizer gives for English text, about) and the answer's
+    limit; 0 for the rules."""
+    if spec.kind == "rules":
+        return 0
+    prompt = len(SYSTEM) + len(build_prompt(turns, candidates))
+    return prompt // 4 + (spec.max_output_tokens or DEFAULT_OUTPUT_TOKENS)
+
+
 def extract(spec: ExtractorSpec, turns: list[dict], candidates: list[Candidate]) -> Answer:
     """The extractor's answer for ``turns`` over ``candidates``."""
     if spec.kind == "rules":

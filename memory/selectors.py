@@ -12,7 +12,14 @@ from django.db.models.functions import TruncHour
 
 from ctxadmin.models import App
 from ctxadmin.series import per_hour
-from memory.models import MemoryEntry, OutboxJob, OutboxRows, ScopeStats, SearchCount
+from memory.models import (
+    ExtractionRun,
+    MemoryEntry,
+    OutboxJob,
+    OutboxRows,
+    ScopeStats,
+    SearchCount,
+)
 
 #: The apps the dashboard lists by searches and by entries.
 APPS_SHOWN = 20
@@ -21,7 +28,8 @@ APPS_SHOWN = 20
 def outbox_summary(now: datetime, hours: list[datetime]) -> dict:
     """Active jobs by phase; the oldest job waiting past its due time and the running jobs
     whose lease has expired (as ``memory.outbox.operations.stats``, for every app); jobs
-    that ended in each hour, by phase; and all rows, active and ended."""
+    that ended in each hour, by phase; all rows, active and ended; and the extraction runs
+    of the window (answers, refusals, tokens) with the jobs waiting for a token budget."""
     active = dict(
         OutboxJob.objects.filter(phase__in=OutboxJob.ACTIVE)
         .values_list("phase")
@@ -41,6 +49,15 @@ def outbox_summary(now: datetime, hours: list[datetime]) -> dict:
     for hour, phase, n in ended:
         ended_per_hour[phase][hour] = n
     rows = OutboxRows.objects.filter(pk=1).values_list("total", flat=True).first()
+    runs = ExtractionRun.objects.filter(created_at__gte=hours[0]).aggregate(
+        runs=Count("pk"),
+        refused=Count("pk", filter=Q(outcome=ExtractionRun.REFUSED)),
+        input_tokens=Sum("input_tokens"),
+        output_tokens=Sum("output_tokens"),
+    )
+    deferred = OutboxJob.objects.filter(
+        phase__in=OutboxJob.ACTIVE, error_code="extraction_budget_exhausted"
+    ).count()
     return {
         "active_by_phase": {phase: active.get(phase, 0) for phase in OutboxJob.ACTIVE},
         "oldest_due_age_seconds": (
@@ -51,6 +68,12 @@ def outbox_summary(now: datetime, hours: list[datetime]) -> dict:
             phase: per_hour(hours, ended_per_hour[phase]) for phase in OutboxJob.TERMINAL
         },
         "rows": rows or 0,
+        "extraction": {
+            "runs": runs["runs"],
+            "refused": runs["refused"],
+            "tokens": (runs["input_tokens"] or 0) + (runs["output_tokens"] or 0),
+            "deferred_for_budget": deferred,
+        },
     }
 
 

@@ -132,8 +132,39 @@ OUTBOX_COMPONENTS["OutboxStats"] = _strict(
         },
         "expired_leases": _COUNT,
         "active_bytes": _COUNT,
+        "extraction": _strict(
+            {
+                "active_jobs": _COUNT,
+                "deferred_for_budget": {
+                    **_COUNT,
+                    "description": "active extraction jobs waiting for the next day's budget",
+                },
+                "runs_today": {**_COUNT, "description": "batches an extractor answered (UTC)"},
+                "refused_today": _COUNT,
+                "tokens_today": _COUNT,
+                "tokens_per_day": {
+                    **_COUNT,
+                    "description": "CTXADMIN_EXTRACTION_TOKENS_PER_APP_DAY",
+                },
+            },
+            [
+                "active_jobs",
+                "deferred_for_budget",
+                "runs_today",
+                "refused_today",
+                "tokens_today",
+                "tokens_per_day",
+            ],
+        ),
     },
-    ["by_phase", "active", "oldest_due_age_seconds", "expired_leases", "active_bytes"],
+    [
+        "by_phase",
+        "active",
+        "oldest_due_age_seconds",
+        "expired_leases",
+        "active_bytes",
+        "extraction",
+    ],
 )
 
 

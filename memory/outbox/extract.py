@@ -28,12 +28,20 @@ from ctxadmin.credentials import looks_like_secret
 from memory import extraction, proposals, proposals_apply
 from memory.extractors import stored_extractor
 from memory.models import ExtractionRun, OutboxJob
-from memory.outbox.jobs import EVENTS_PROCESSED, EXTRACTION_TOTALS, JOBS_ENDED, end_jobs
+from memory.outbox.jobs import (
+    EVENTS_PROCESSED,
+    EXTRACTION_TOTALS,
+    JOBS_ENDED,
+    MESSAGES,
+    end_jobs,
+)
 from memory.outbox.leases import Claim, LeaseLost, record_failure, renew
 from memory.scope import current_epoch, lock_scope
 
 logger = logging.getLogger("ctxadmin.outbox")
 
+# What ``process`` answers for a job put back until its budget allows it.
+DEFERRED = "deferred"
 BATCH_TURNS = 40
 BATCH_CHARS = 24_000
 
@@ -155,6 +163,51 @@ def _advance(cursor, job: OutboxJob, token: str, size: int) -> None:
         job.phase = OutboxJob.COMPLETED
 
 
+def _over_budget(job: OutboxJob, estimate: int) -> bool:
+    """Whether asking the model (``estimate`` tokens at most) would pass the app's or the
+    job's token budget for today (UTC), counted from the runs recorded today. Workers check
+    it apart, so several at once may pass it by the batches they have in flight."""
+    if not estimate:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT coalesce(sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0)), 0),
+                   coalesce(sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0))
+                            FILTER (WHERE job_id = %s), 0)
+              FROM memory_extractionrun
+             WHERE app_id = %s AND created_at >= date_trunc('day', now(), 'UTC')
+            """,
+            [job.pk, job.app_id],
+        )
+        app_tokens, job_tokens = cursor.fetchone()
+    return (
+        app_tokens + estimate > settings.CTXADMIN_EXTRACTION_TOKENS_PER_APP_DAY
+        or job_tokens + estimate > settings.CTXADMIN_EXTRACTION_TOKENS_PER_JOB_DAY
+    )
+
+
+def _defer(job: OutboxJob, token: str) -> str:
+    """Put the job back until the next UTC day, its attempt not counted (a spent budget is
+    no failure): it is deferred, never dropped."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE memory_outboxjob
+               SET phase = 'retry', owner_token = '', error_code = %s, error_message = %s,
+                   attempts = greatest(attempts - 1, 0),
+                   due_at = date_trunc('day', now(), 'UTC') + interval '1 day',
+                   updated_at = statement_timestamp()
+             WHERE id = %s AND owner_token = %s AND phase = 'running'
+            """,
+            ["extraction_budget_exhausted", MESSAGES["extraction_budget_exhausted"], job.pk, token],
+        )
+        if cursor.rowcount != 1:
+            return "lease_lost"
+    logger.info("outbox_extraction_deferred", extra={"job": str(job.pk), "cursor": job.cursor})
+    return DEFERRED
+
+
 def process(claimed: Claim) -> str:
     """Extract the claimed job's remaining batches; the job's phase when this worker stops."""
     job, token = claimed.job, claimed.token
@@ -164,6 +217,8 @@ def process(claimed: Claim) -> str:
             batch = _batch(job)
             turns = [_turn(item) for item in batch if "skip" not in item]
             candidates = extraction.candidates_for(job.app, job.user_id, turns) if turns else []
+            if turns and _over_budget(job, extraction.estimated_tokens(spec, turns, candidates)):
+                return _defer(job, token)
             answer = extraction.extract(spec, turns, candidates) if turns else None
             with transaction.atomic(), connection.cursor() as cursor:
                 lock_scope(job.app, job.user_id)

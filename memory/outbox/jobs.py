@@ -61,6 +61,8 @@ MESSAGES = {
     "database_error": "A database error interrupted the batch.",
     "internal_error": "An unexpected error interrupted the batch.",
     "extractor_unavailable": "The extractor's provider connection is not configured.",
+    "extraction_budget_exhausted": "The extractor's token budget for today is spent: the job "
+    "waits for the next day.",
     "provider_timeout": "The extractor's model did not answer in time.",
     "provider_rate_limited": "The extractor's provider refused the call for its rate limit.",
     "provider_unavailable": "The extractor's provider was unavailable.",

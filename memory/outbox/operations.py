@@ -173,6 +173,41 @@ def stats(app: App) -> dict:
         "oldest_due_age_seconds": round(float(oldest), 3) if oldest is not None else None,
         "expired_leases": int(expired),
         "active_bytes": active_bytes,
+        "extraction": extraction_stats(app),
+    }
+
+
+def extraction_stats(app: App) -> dict:
+    """Content-free: the app's active extraction jobs, those waiting for the token budget,
+    and today's (UTC) runs, refusals and tokens beside the daily budget."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT count(*),
+                   count(*) FILTER (WHERE error_code = 'extraction_budget_exhausted')
+              FROM memory_outboxjob
+             WHERE app_id = %s AND adapter = %s AND phase IN {ACTIVE_SQL}
+            """,  # noqa: S608 - constant phases
+            [app.pk, EXTRACTION_ADAPTER],
+        )
+        active, deferred = cursor.fetchone()
+        cursor.execute(
+            """
+            SELECT count(*), count(*) FILTER (WHERE outcome = 'refused'),
+                   coalesce(sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0)), 0)
+              FROM memory_extractionrun
+             WHERE app_id = %s AND created_at >= date_trunc('day', now(), 'UTC')
+            """,
+            [app.pk],
+        )
+        runs, refused, tokens = cursor.fetchone()
+    return {
+        "active_jobs": int(active),
+        "deferred_for_budget": int(deferred),
+        "runs_today": int(runs),
+        "refused_today": int(refused),
+        "tokens_today": int(tokens),
+        "tokens_per_day": settings.CTXADMIN_EXTRACTION_TOKENS_PER_APP_DAY,
     }
 
 

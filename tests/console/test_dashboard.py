@@ -173,9 +173,10 @@ def test_the_numbers_are_those_of_the_seeded_data(operator, owner, django_assert
     )
     assert job.status_code == 202
 
-    # Fifteen reads (the MCP call count is one, the keyed entries and closed versions one),
-    # whatever the data (and the login's session and user).
-    with django_assert_max_num_queries(17):
+    # Seventeen reads (the MCP call count is one, the keyed entries and closed versions one,
+    # the extraction runs one, the jobs waiting for a token budget one), whatever the data
+    # (and the login's session and user).
+    with django_assert_max_num_queries(19):
         response = operator.get(DATA)
     payload = response.json()
     data, figures = payload["data"], payload["figures"]

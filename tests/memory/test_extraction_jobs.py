@@ -353,3 +353,40 @@ def test_the_runs_are_erased_with_their_user(api, owner):
         "bob"
     ]
     assert live(owner.app.pk, "bob") == [("identity.name", "Name: Bo")]
+
+
+@pytest.mark.django_db
+def test_a_spent_token_budget_defers_the_job_to_the_next_day_and_stats_say_so(api, owner, model):
+    conversation(api, "b1", [("user", "My name is Ana.")])
+    conversation(api, "b2", [("user", "I live in Porto.")])
+    reply = _answer(
+        {"op": "add", "content": "The user is Ana", "reason": "r", "source_event_ids": ["b1-0"]}
+    )
+    model.script(model.success(reply, input_tokens=900, output_tokens=200))
+    first = admit(api, "acme", "alice", "b1", extractor=_model_spec(model)).json()
+    with override_settings(CTXADMIN_EXTRACTION_TOKENS_PER_APP_DAY=3_000):
+        assert worker.drain() == {"completed": 1}  # 1,100 tokens spent of 3,000
+        second = admit(api, "acme", "alice", "b2", extractor=_model_spec(model)).json()
+        # The next batch may cost its prompt and 2,048 answer tokens: past the budget.
+        assert worker.drain() == {"deferred": 1}
+        stats = api.get("/api/v1/apps/acme/outbox/stats").json()["extraction"]
+    status = job(api, "acme", second["job_id"])
+    assert status["phase"] == "retry" and status["attempts"] == 0
+    assert status["error"]["code"] == "extraction_budget_exhausted"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT due_at = date_trunc('day', now(), 'UTC') + interval '1 day' "
+            "FROM memory_outboxjob WHERE id = %s",
+            [second["job_id"]],
+        )
+        assert cursor.fetchone()[0] is True
+    assert stats == {
+        "active_jobs": 1,
+        "deferred_for_budget": 1,
+        "runs_today": 1,
+        "refused_today": 0,
+        "tokens_today": 1_100,
+        "tokens_per_day": 3_000,
+    }
+    assert len(model.requests) == 1  # the deferred batch never reached the model
+    assert job(api, "acme", first["job_id"])["extraction"]["input_tokens"] == 900

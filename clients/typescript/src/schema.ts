@@ -2602,6 +2602,17 @@ export interface components {
             oldest_due_age_seconds: number | null;
             expired_leases: number;
             active_bytes: number;
+            extraction: {
+                active_jobs: number;
+                /** @description active extraction jobs waiting for the next day's budget */
+                deferred_for_budget: number;
+                /** @description batches an extractor answered (UTC) */
+                runs_today: number;
+                refused_today: number;
+                tokens_today: number;
+                /** @description CTXADMIN_EXTRACTION_TOKENS_PER_APP_DAY */
+                tokens_per_day: number;
+            };
         };
         CachePolicy: {
             /** @description below this estimated size (or the provider's floor for the model, whichever is larger) acquire bypasses with no provider call; default 1024 */
