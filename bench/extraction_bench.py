@@ -66,6 +66,7 @@ def measure() -> dict:
     results = {
         "conversations": len(conversations),
         "sessions": sum(len(c.sessions) for c in conversations),
+        "events": sum(len(s.turns) for c in conversations for s in c.sessions),
         "rules": suite.evaluate(suite.rules, conversations),
         "perfect": suite.evaluate(suite.scripted(suite.gold_answers(conversations)), conversations),
         "hostile": suite.evaluate(
@@ -114,10 +115,13 @@ def report(results: dict, stamp: str) -> str:
         rows.append(_row(f"`{model['model']}` (`{PROMPT_VERSION}`)", model["score"]))
         usage = model["usage"]
         sessions = results["sessions"]
+        spent = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+        per_thousand = round(spent * 1000 / results["events"])
         model_line = (
             f"The model's run: {usage.get('input_tokens', 0):,} input and "
             f"{usage.get('output_tokens', 0):,} output tokens over {sessions} sessions "
-            f"({usage.get('errors', 0)} provider errors), {model['seconds']} s."
+            f"({per_thousand:,} tokens per 1,000 events; {usage.get('errors', 0)} provider "
+            f"errors), {model['seconds']} s."
         )
     else:
         model_line = (

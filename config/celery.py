@@ -160,6 +160,8 @@ def _check_queue_is_ours(sender, **kwargs) -> None:
 BEAT_SCHEDULE: dict[str, dict] = {
     "sweep-compactions": {"task": "sessions_app.sweep_compactions", "schedule": 60.0},
     "embed-pending-memories": {"task": "memory.embed_pending", "schedule": 60.0},
+    # Its schedule is CTXADMIN_MEMORY_NEAR_SWEEP_SECONDS.
+    "sweep-near-duplicates": {"task": "memory.sweep_near_duplicates", "schedule": 10.0},
     "purge-expired-memories": {"task": "memory.purge_expired", "schedule": 60.0},
     "maintain-scope-indexes": {"task": "memory.maintain_scope_indexes", "schedule": 120.0},
     # Its schedule is CTXADMIN_OUTBOX_SWEEP_SECONDS, set once the configuration is read.
@@ -219,6 +221,9 @@ def _schedule_from_settings(sender, **kwargs) -> None:
     from django.conf import settings
 
     BEAT_SCHEDULE["drain-outbox"]["schedule"] = float(settings.CTXADMIN_OUTBOX_SWEEP_SECONDS)
+    BEAT_SCHEDULE["sweep-near-duplicates"]["schedule"] = float(
+        settings.CTXADMIN_MEMORY_NEAR_SWEEP_SECONDS
+    )
     BEAT_SCHEDULE["cache-cleanup"]["schedule"] = float(settings.CTXADMIN_CACHE_CLEANUP_SECONDS)
 
 

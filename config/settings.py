@@ -243,6 +243,10 @@ CTXADMIN_OUTBOX_MAX_ATTEMPTS = env.int("CTXADMIN_OUTBOX_MAX_ATTEMPTS", 5, minimu
 CTXADMIN_OUTBOX_BACKOFF_SECONDS = env.int("CTXADMIN_OUTBOX_BACKOFF_SECONDS", 2, minimum=0)
 CTXADMIN_OUTBOX_BACKOFF_MAX_SECONDS = env.int("CTXADMIN_OUTBOX_BACKOFF_MAX_SECONDS", 300, minimum=0)
 CTXADMIN_OUTBOX_SWEEP_SECONDS = env.int("CTXADMIN_OUTBOX_SWEEP_SECONDS", 10, minimum=1)
+# How often the beat flags the explicit adds queued since that nearly repeat a memory.
+CTXADMIN_MEMORY_NEAR_SWEEP_SECONDS = env.int(
+    "CTXADMIN_MEMORY_NEAR_SWEEP_SECONDS", 10, minimum=1, maximum=3600
+)
 # Model extractors' tokens (input and output, as providers report them) per app per UTC day
 # and per job per UTC day: a batch that would pass either waits for the next day (deferred,
 # never dropped).

@@ -10,9 +10,11 @@
 - **Near-duplicates.** Among the scope's unkeyed live entries, those that could be a
   near-duplicate by ``memory.similarity.near_words`` are found through the lexical index
   (``near_duplicate``: prefix filtering), and the first that is one is the entry the add
-  nearly repeats. An explicit add is stored, and flagged off the request path once it
-  commits (``near_duplicate_of``: that entry's id; ``flag_near_duplicates``); ingestion
-  merges it (skips it, reason ``near_duplicate``). Whatever the embedder: no vector.
+  nearly repeats. An explicit add is stored and queued in its own transaction
+  (``memory_nearcheck``: its id); the beat's sweep flags the queued adds in batches, off
+  the request path (``near_duplicate_of``: that entry's id; ``sweep_near_duplicates``,
+  every ``CTXADMIN_MEMORY_NEAR_SWEEP_SECONDS``); ingestion merges it (skips it, reason
+  ``near_duplicate``). Whatever the embedder: no vector.
 - **No fact, no memory.** Ingestion skips session turns that carry no fact (reason
   ``no_fact``: ``memory.fillers``).
 """
@@ -23,7 +25,7 @@ import hashlib
 import math
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from ctxadmin.models import App
 from memory.facts import LIVE
@@ -170,12 +172,32 @@ def near_duplicate(
     return None
 
 
+#: Entries one sweep transaction takes from the queue.
+SWEEP_BATCH = 200
+
+
+def sweep_near_duplicates(batch: int = SWEEP_BATCH) -> tuple[int, int]:
+    """Take up to ``batch`` queued explicit adds (oldest first; rows another sweep holds are
+    skipped) and flag those that nearly repeat an earlier entry of their scope, in one
+    transaction: (entries taken, entries flagged). An entry erased since it was queued is
+    dropped from the queue, nothing else."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM memory_nearcheck WHERE id IN (SELECT id FROM memory_nearcheck "
+            "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING entry_id::text",
+            [batch],
+        )
+        taken = [row[0] for row in cursor.fetchall()]
+        flagged = flag_near_duplicates(taken) if taken else 0
+    return len(taken), flagged
+
+
 def flag_near_duplicates(entry_ids: list[str]) -> int:
     """Flag each of the unkeyed live entries ``entry_ids`` with the entry of its scope, added
     before it, that it nearly repeats (``near_duplicate_of``), unless flagged already; how
     many were flagged.
-    Run after an explicit add commits (the ``memory.flag_near_duplicates`` task), off the
-    request path."""
+    Run by the near-duplicate sweep over the explicit adds queued (``sweep_near_duplicates``,
+    the ``memory.sweep_near_duplicates`` task the beat runs), off the request path."""
     flagged = 0
     with connection.cursor() as cursor:
         cursor.execute(

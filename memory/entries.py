@@ -196,8 +196,9 @@ def _add(
     its embedding). The same idempotency key with the same content is the same entry; with
     other content, 409 ``idempotency_conflict``. Concurrent adds with one key make one entry
     (the unique index decides). An unkeyed add of a text the scope holds already is that
-    entry; one that nearly repeats an entry is flagged with it once committed (a task), or
-    with ``merge_near`` is that entry (``memory.dedup``).
+    entry; one that nearly repeats an entry is flagged with it after the add (queued in its
+    transaction for the near-duplicate sweep), or with ``merge_near`` is that entry
+    (``memory.dedup``).
 
     With ``new.replace``, the entry holding the key (live or expired) is replaced in place
     by this write, in one statement: concurrent replaces of one key leave one entry, the
@@ -259,7 +260,7 @@ def _add(
         terms.ttl_seconds,
         terms.retention_days,
         same_text,
-        None,  # near_duplicate_of: flagged once the add commits (memory.dedup)
+        None,  # near_duplicate_of: flagged by the sweep (memory.dedup)
     ]
     if new.key is not None:
         try:
@@ -285,6 +286,9 @@ def _add(
                     return entries_by_id([held])[0], SAME, False
             fact = [None, new.valid_from, None, None]
             row = _insert(cursor, new.replace, values, fact, entry_id, written_by)
+            if row is not None and row[-1] and deduplicated and not merge_near:
+                # The near-duplicate sweep flags it (memory.dedup), off the request path.
+                cursor.execute("INSERT INTO memory_nearcheck (entry_id) VALUES (%s)", [entry_id])
             if row is None and new.replace:  # a retention period or a legal hold keeps it
                 governance.refuse_if_held(app, user_id)
                 raise _retained_entry(app, user_id, new.idempotency_key)
@@ -298,8 +302,6 @@ def _add(
             )
         return _same_or_conflict(existing, digest), SAME, False
     *columns, created = row
-    if created and deduplicated and not merge_near:
-        wake("memory.flag_near_duplicates", str(entry_id))
     return _entry(columns), CREATED if created else SAME, vector is None
 
 

@@ -423,6 +423,18 @@ class OutboxJob(models.Model):
         return f"outbox job {self.id}"
 
 
+class NearCheck(models.Model):
+    """An explicitly added unkeyed memory waiting for the near-duplicate sweep
+    (``memory.dedup.sweep_near_duplicates``), queued in the add's transaction: ids only.
+    No foreign key: an entry erased first leaves its row to the sweep, which skips it."""
+
+    id = models.BigAutoField(primary_key=True)
+    entry_id = models.UUIDField()
+
+    def __str__(self) -> str:
+        return f"near-duplicate check {self.id}"
+
+
 class ExtractionRun(models.Model):
     """One batch of an extraction job: which extractor was asked (its kind, model and prompt
     version), how much it cost, what it answered and what the server decided (``applied``,

@@ -21,9 +21,21 @@ def embed_pending() -> int:
     return in_batches(vectors.embed_pending_batch, 1, MAX_BATCHES_PER_RUN)
 
 
+@shared_task(name="memory.sweep_near_duplicates")
+def sweep_near_duplicates() -> int:
+    """Flag the explicit adds queued since the last run that nearly repeat an earlier entry,
+    in batches, until the queue is empty (or a bound per run; the beat runs it again)."""
+    return in_batches(
+        lambda: dedup.sweep_near_duplicates()[0],
+        dedup.SWEEP_BATCH,
+        MAX_BATCHES_PER_RUN,
+    )
+
+
 @shared_task(name="memory.flag_near_duplicates")
 def flag_near_duplicates(entry_id: str) -> int:
-    """Flag a newly added entry that nearly repeats one of its scope's."""
+    """Flag one entry (a message published by a version that flagged each add in a task of
+    its own: kept so that such messages still queued after an upgrade are served)."""
     return dedup.flag_near_duplicates([entry_id])
 
 

@@ -96,3 +96,5 @@ def test_the_bench_asks_a_named_openai_compatible_endpoint_as_the_service_would(
     }
     section = extraction_bench.report(results, "stamp")
     assert "`eval-model` (`extract.v1`)" in section and "skipped" not in section
+    per_thousand = round(110 * len(replies) * 1000 / results["events"])
+    assert f"({per_thousand:,} tokens per 1,000 events;" in section

@@ -5,15 +5,16 @@ merged by ingestion, and turns that carry no fact are never stored."""
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 from django.db import connections
 
+from memory.dedup import sweep_near_duplicates
 from memory.fillers import carries_no_fact
-from memory.models import MemoryEntry
+from memory.models import MemoryEntry, NearCheck
 from memory.outbox import worker
 from memory.similarity import near_duplicates, normalised
-from memory.tasks import flag_near_duplicates
 from tests.conftest import make_tenant
 from tests.sessions_helpers import sessions_url, text
 
@@ -145,8 +146,8 @@ def test_concurrent_adds_of_one_text_make_one_memory():
 
 
 def flagged(api, entry: dict) -> str | None:
-    """The entry's flag once the task an add publishes has run (here, called in place)."""
-    flag_near_duplicates(entry["id"])
+    """The entry's flag once the beat's sweep has run (here, called in place)."""
+    sweep_near_duplicates()
     return api.get(f"{BASE}/{entry['id']}").json()["near_duplicate_of"]
 
 
@@ -159,15 +160,21 @@ class TestNearDuplicates:
         assert flagged(api, first) is None  # nothing before it
         with django_capture_on_commit_callbacks() as published:
             near = add(api, content=WINDOW + " too")
-        assert len(published) == 1  # the flag's task, published on commit
+        assert published == []  # no task per add: queued in its own transaction
+        assert list(NearCheck.objects.values_list("entry_id", flat=True)) == [uuid.UUID(near["id"])]
         assert near["near_duplicate_of"] is None  # the answer does not wait for it
         assert flagged(api, near) == first["id"]
         # Other numbers, or too few words, are not near anything.
         assert flagged(api, add(api, content="We took tram 12 up the hill")) is None
         assert flagged(api, add(api, content="We took tram 28 up the hill")) is None
+        assert not NearCheck.objects.exists()  # the sweep took every queued add
         # The flag goes with the memory it names.
         assert api.delete(f"{BASE}/{first['id']}").status_code == 204
         assert api.get(f"{BASE}/{near['id']}").json()["near_duplicate_of"] is None
+        # An add erased before the sweep leaves its queued id, which the sweep drops.
+        gone = add(api, content="The museum opens at nine on Sundays")
+        assert api.delete(f"{BASE}/{gone['id']}").status_code == 204
+        assert sweep_near_duplicates() == (1, 0) and not NearCheck.objects.exists()
 
     def test_any_embedder_any_embed_mode(self, api):
         first = add(api, content=WINDOW, embed="async")
