@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from ctxadmin.canonical import canonical_json
-from ctxadmin.credentials import looks_like_secret
+from ctxadmin.credentials import looks_like_secret, redact_secret_text
 from memory import extraction, proposals, proposals_apply
 from memory.extractors import stored_extractor
 from memory.models import ExtractionRun, OutboxJob
@@ -110,7 +110,8 @@ def _record(cursor, job, token, size, turns, candidates, answer, decision) -> No
         candidates=len(candidates),
         input_tokens=answer.input_tokens,
         output_tokens=answer.output_tokens,
-        answer=answer.raw,
+        # An answer may hold what the check refused it for: never a credential at rest.
+        answer=redact_secret_text(answer.raw) if looks_like_secret(answer.raw) else answer.raw,
         **{name: counts.get(name, 0) for name in ("added", "updated", "retired", "unchanged")},
     )
     totals = {name: int(job.extracted.get(name, 0)) for name in EXTRACTION_TOTALS}

@@ -267,7 +267,7 @@ class TestModelExtractor:
         assert live(owner.app.pk) == before
         [run] = ExtractionRun.objects.filter(job_id=admitted["job_id"])
         assert run.outcome == "refused" and run.error_code and run.added == 0
-        assert "sk-live" not in run.error_path
+        assert "sk-live" not in run.error_path and "sk-live" not in run.answer
         status = job(api, "acme", admitted["job_id"])["extraction"]
         assert (status["applied"], status["refused"]) == (0, 1)
 
