@@ -25,7 +25,7 @@ from django.db import connection
 from ctxadmin import providers
 from ctxadmin.models import App
 from ctxadmin.providers import ProviderError, UnknownConnection
-from ctxadmin.providers.clients import strip_json_fence
+from ctxadmin.providers.clients import parse_json_reply
 from memory import rule_extractor
 from memory import search as memory_search
 from memory.extractors import (
@@ -109,27 +109,26 @@ def candidates_for(app: App, user_id: str, turns: list[dict]) -> list[Candidate]
     ]
 
 
-def _parsed(text: str) -> Any:
-    for candidate in (text, strip_json_fence(text)):
-        try:
-            return json.loads(candidate)
-        except ValueError:
-            continue
-    return text
+def prompt_for(spec: ExtractorSpec, turns: list[dict], candidates: list[Candidate]) -> str:
+    """What ``spec``'s model is asked about this batch (``memory.extractors.build_prompt``);
+    '' for the rules, which need none."""
+    return "" if spec.kind == "rules" else build_prompt(turns, candidates)
 
 
-def estimated_tokens(spec: ExtractorSpec, turns: list[dict], candidates: list[Candidate]) -> int:
-    """What asking ``spec``'s model about this batch may cost at most, in tokens: the prompt's
-    characters over four (what a tokenizer gives for English text, about) and the answer's
-    limit; 0 for the rules."""
+def estimated_tokens(spec: ExtractorSpec, prompt: str) -> int:
+    """What asking ``spec``'s model with ``prompt`` may cost at most, in tokens: the system
+    prompt's and the prompt's characters over four (what a tokenizer gives for English
+    text, about) and the answer's limit; 0 for the rules."""
     if spec.kind == "rules":
         return 0
-    prompt = len(SYSTEM) + len(build_prompt(turns, candidates))
-    return prompt // 4 + (spec.max_output_tokens or DEFAULT_OUTPUT_TOKENS)
+    return (len(SYSTEM) + len(prompt)) // 4 + (spec.max_output_tokens or DEFAULT_OUTPUT_TOKENS)
 
 
-def extract(spec: ExtractorSpec, turns: list[dict], candidates: list[Candidate]) -> Answer:
-    """The extractor's answer for ``turns`` over ``candidates``."""
+def extract(
+    spec: ExtractorSpec, turns: list[dict], candidates: list[Candidate], prompt: str | None = None
+) -> Answer:
+    """The extractor's answer for ``turns`` over ``candidates`` (``prompt``: ``prompt_for``'s,
+    when the caller built it already)."""
     if spec.kind == "rules":
         value = rule_extractor.propose(turns, candidates)
         raw = json.dumps(value, ensure_ascii=False, sort_keys=True)
@@ -145,7 +144,7 @@ def extract(spec: ExtractorSpec, turns: list[dict], candidates: list[Candidate])
             provider,
             model=spec.model or "",
             system=SYSTEM,
-            prompt=build_prompt(turns, candidates),
+            prompt=build_prompt(turns, candidates) if prompt is None else prompt,
             schema=answer_schema(),
             deadline=time.monotonic() + MODEL_DEADLINE_SECONDS,
             max_output_tokens=spec.max_output_tokens or DEFAULT_OUTPUT_TOKENS,
@@ -156,7 +155,7 @@ def extract(spec: ExtractorSpec, turns: list[dict], candidates: list[Candidate])
     except ValueError:
         raise ExtractionFailed("extractor_unavailable") from None
     return Answer(
-        _parsed(completion.text),
+        parse_json_reply(completion.text),
         completion.text[:MAX_RAW_ANSWER_CHARS],
         completion.model or spec.model or "",
         PROMPT_VERSION,

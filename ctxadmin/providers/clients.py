@@ -13,6 +13,7 @@ and durations only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ from ctxadmin.providers.wire import (
     enum_like,
 )
 
-__all__ = ["complete_json", "json_instruction", "strip_json_fence"]
+__all__ = ["complete_json", "json_instruction", "parse_json_reply", "strip_json_fence"]
 
 _WIRE_FORMATS: dict[
     str,
@@ -43,6 +44,17 @@ _WIRE_FORMATS: dict[
     "openai_compatible": (openai_compat.json_request, openai_compat.json_parse),
     "anthropic": (anthropic.json_request, anthropic.json_parse),
 }
+
+
+def parse_json_reply(text: str) -> Any:
+    """A reply's JSON value, or ``text`` itself when it is not JSON (even once a surrounding
+    code fence is removed): the caller's check then names what is wrong with it."""
+    for candidate in (text, strip_json_fence(text)):
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    return text
 
 
 def complete_json(

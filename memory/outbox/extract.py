@@ -23,7 +23,6 @@ from datetime import datetime
 from django.conf import settings
 from django.db import connection, transaction
 
-from ctxadmin.canonical import canonical_json
 from ctxadmin.credentials import looks_like_secret, redact_secret_text
 from memory import extraction, proposals, proposals_apply
 from memory.extractors import stored_extractor
@@ -31,9 +30,9 @@ from memory.models import ExtractionRun, OutboxJob
 from memory.outbox.jobs import (
     EVENTS_PROCESSED,
     EXTRACTION_TOTALS,
-    JOBS_ENDED,
     MESSAGES,
     end_jobs,
+    write_progress,
 )
 from memory.outbox.leases import Claim, LeaseLost, record_failure, renew
 from memory.scope import current_epoch, lock_scope
@@ -133,35 +132,7 @@ def _advance(cursor, job: OutboxJob, token: str, size: int) -> None:
     job.cursor += size
     job.batches += 1
     job.skipped = sum(1 for item in job.payload[: job.cursor] if "skip" in item)
-    done = job.cursor >= job.events
-    cursor.execute(
-        """
-        UPDATE memory_outboxjob
-           SET cursor = %s, batches = %s, added = %s, skipped = %s, extracted = %s::jsonb,
-               updated_at = statement_timestamp(),
-               phase = CASE WHEN %s THEN 'completed' ELSE phase END,
-               payload = CASE WHEN %s THEN '[]'::jsonb ELSE payload END,
-               owner_token = CASE WHEN %s THEN '' ELSE owner_token END,
-               finished_at = CASE WHEN %s THEN statement_timestamp() ELSE finished_at END
-         WHERE id = %s AND owner_token = %s
-        """,
-        [
-            job.cursor,
-            job.batches,
-            job.added,
-            job.skipped,
-            canonical_json(job.extracted).decode(),
-            done,
-            done,
-            done,
-            done,
-            job.pk,
-            token,
-        ],
-    )
-    if done:
-        JOBS_ENDED.labels(OutboxJob.COMPLETED, "").inc()
-        job.phase = OutboxJob.COMPLETED
+    write_progress(cursor, job, token)
 
 
 def _over_budget(job: OutboxJob, estimate: int) -> bool:
@@ -218,9 +189,10 @@ def process(claimed: Claim) -> str:
             batch = _batch(job)
             turns = [_turn(item) for item in batch if "skip" not in item]
             candidates = extraction.candidates_for(job.app, job.user_id, turns) if turns else []
-            if turns and _over_budget(job, extraction.estimated_tokens(spec, turns, candidates)):
+            prompt = extraction.prompt_for(spec, turns, candidates) if turns else ""
+            if turns and _over_budget(job, extraction.estimated_tokens(spec, prompt)):
                 return _defer(job, token)
-            answer = extraction.extract(spec, turns, candidates) if turns else None
+            answer = extraction.extract(spec, turns, candidates, prompt) if turns else None
             with transaction.atomic(), connection.cursor() as cursor:
                 lock_scope(job.app, job.user_id)
                 renew(cursor, job, token)

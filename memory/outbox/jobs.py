@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
+from ctxadmin.canonical import canonical_json
 from ctxadmin.errors import ServiceError
 from memory.models import OutboxJob
 
@@ -94,6 +95,45 @@ def end_jobs(cursor, phase: str, code: str, condition: str, params: list) -> int
     )
     JOBS_ENDED.labels(phase, code).inc(cursor.rowcount)
     return cursor.rowcount
+
+
+def write_progress(cursor, job: OutboxJob, token: str) -> bool:
+    """Write the job's cursor, batch count and totals as they stand on ``job`` (only while
+    ``token`` owns it); past its last event the job is completed, its payload and owner
+    cleared. Whether it completed."""
+    done = job.cursor >= job.events
+    cursor.execute(
+        """
+        UPDATE memory_outboxjob
+           SET cursor = %s, batches = %s, added = %s, duplicates = %s, skipped = %s,
+               skipped_by_reason = %s::jsonb, extracted = %s::jsonb,
+               updated_at = statement_timestamp(),
+               phase = CASE WHEN %s THEN 'completed' ELSE phase END,
+               payload = CASE WHEN %s THEN '[]'::jsonb ELSE payload END,
+               owner_token = CASE WHEN %s THEN '' ELSE owner_token END,
+               finished_at = CASE WHEN %s THEN statement_timestamp() ELSE finished_at END
+         WHERE id = %s AND owner_token = %s
+        """,
+        [
+            job.cursor,
+            job.batches,
+            job.added,
+            job.duplicates,
+            job.skipped,
+            canonical_json(job.skipped_by_reason).decode(),
+            canonical_json(job.extracted).decode(),
+            done,
+            done,
+            done,
+            done,
+            job.pk,
+            token,
+        ],
+    )
+    if done:
+        JOBS_ENDED.labels(OutboxJob.COMPLETED, "").inc()
+        job.phase = OutboxJob.COMPLETED
+    return done
 
 
 def code_of(exc: ServiceError) -> str:

@@ -21,8 +21,8 @@ from memory.outbox import extract
 from memory.outbox.jobs import (
     EVENTS_PROCESSED,
     EXTRACTION_ADAPTER,
-    JOBS_ENDED,
     end_jobs,
+    write_progress,
 )
 from memory.outbox.leases import (  # noqa: F401 - the worker's API, as before
     Claim,
@@ -234,39 +234,11 @@ def _advance(cursor, job: OutboxJob, token: str, size: int, result: BatchResult,
     for reason, count in skips.items():
         job.skipped_by_reason[reason] = job.skipped_by_reason.get(reason, 0) + count
     job.skipped = sum(job.skipped_by_reason.values())
-    done = job.cursor >= job.events
-    cursor.execute(
-        """
-        UPDATE memory_outboxjob
-           SET cursor = %s, batches = %s, added = %s, duplicates = %s, skipped = %s,
-               skipped_by_reason = %s::jsonb, updated_at = statement_timestamp(),
-               phase = CASE WHEN %s THEN 'completed' ELSE phase END,
-               payload = CASE WHEN %s THEN '[]'::jsonb ELSE payload END,
-               owner_token = CASE WHEN %s THEN '' ELSE owner_token END,
-               finished_at = CASE WHEN %s THEN statement_timestamp() ELSE finished_at END
-         WHERE id = %s AND owner_token = %s
-        """,
-        [
-            job.cursor,
-            job.batches,
-            job.added,
-            job.duplicates,
-            job.skipped,
-            canonical_json(job.skipped_by_reason).decode(),
-            done,
-            done,
-            done,
-            done,
-            job.pk,
-            token,
-        ],
-    )
+    done = write_progress(cursor, job, token)
     EVENTS_PROCESSED.labels("added").inc(result.added)
     EVENTS_PROCESSED.labels("duplicate").inc(result.duplicates)
     EVENTS_PROCESSED.labels("skipped").inc(sum(skips.values()))
     if done:
-        JOBS_ENDED.labels(OutboxJob.COMPLETED, "").inc()
-        job.phase = OutboxJob.COMPLETED
         logger.info(
             "outbox_job_completed",
             extra={

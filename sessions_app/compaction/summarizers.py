@@ -22,7 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ctxadmin import providers
 from ctxadmin.providers import ProviderConnection, ProviderError, UnknownConnection
-from ctxadmin.providers.clients import strip_json_fence
+from ctxadmin.providers.clients import parse_json_reply as parse_reply
 from ctxadmin.pruning import looks_like_secret
 from sessions_app.compaction import extractive, summary
 from sessions_app.compaction.model import (
@@ -130,21 +130,6 @@ def _failure(exc: ProviderError) -> SummarizerFailed:
         )
     status = f" ({exc.status})" if exc.status is not None else ""
     return SummarizerFailed("summarizer_error", f"{exc.code}{status}")
-
-
-def parse_reply(text: str) -> Any:
-    """The reply's JSON value, or ``text`` itself when it is not JSON (even once a
-    surrounding code fence is removed)."""
-    for candidate in (text, _unfenced(text)):
-        try:
-            return json.loads(candidate)
-        except ValueError:
-            continue
-    return text
-
-
-def _unfenced(text: str) -> str:
-    return strip_json_fence(text)
 
 
 # ----------------------------------------------------------------------------- prompt
